@@ -1,0 +1,42 @@
+// A backend runs kernel variants on one device. Execute takes host operands
+// (the bytes of a request) and returns host outputs; a GPU backend stages
+// them through device memory, a CPU backend runs in place. The server knows
+// only this interface, never CUDA. Implementations are thread-safe: the
+// server calls Execute from many request threads at once.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/core/device_info.h"
+#include "kernels/core/registry.h"
+#include "kernels/core/variant.h"
+
+namespace coalesce {
+
+// What one Execute measured.
+struct RunResult {
+  double kernel_seconds = 0;  // the variant's Run, timed on the device
+  double h2d_seconds = 0;     // staging inputs to the device (0 on CPU)
+  double d2h_seconds = 0;     // copying outputs back (0 on CPU)
+  LaunchInfo launch;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual const DeviceInfo& device() const = 0;
+  virtual const VariantRegistry& registry() const = 0;
+  // Runs v on p. host.inputs/outputs follow problem.h's operand order with
+  // the sizes of OperandBytes(p). v must be one of registry()'s variants and
+  // CanImplement(p) must hold.
+  virtual absl::Status Execute(const KernelVariant& v, const Problem& p,
+                               const Operands& host, RunResult* result) = 0;
+  // Non-OK after a fault that makes the device unusable (sticky CUDA error).
+  virtual absl::Status Health() const { return absl::OkStatus(); }
+};
+
+}  // namespace coalesce

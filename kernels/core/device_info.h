@@ -1,0 +1,35 @@
+// A description of the device a backend runs on: what selection, reports and
+// GetServerInfo need. Plain value; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace coalesce {
+
+enum class BackendKind : int { kCpu = 0, kCuda = 1 };
+inline absl::string_view BackendName(BackendKind b) {
+  return b == BackendKind::kCpu ? "cpu" : "cuda";
+}
+
+struct DeviceInfo {
+  BackendKind backend = BackendKind::kCpu;
+  std::string name;
+  int ordinal = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int multiprocessors = 0;  // SMs, or CPU threads
+  int max_threads_per_multiprocessor = 0;
+  int64_t memory_bytes = 0;
+  int64_t l2_cache_bytes = 0;
+  int64_t shared_memory_per_block_bytes = 0;
+  int64_t shared_memory_per_block_optin_bytes = 0;
+  double theoretical_bandwidth = 0;  // bytes/s, from clock and bus width
+  double measured_copy_bandwidth = 0;  // bytes/s, read + write, timed
+  double peak_fp32_flops = 0;          // FLOP/s estimate for roofline
+  double peak_tensor_flops = 0;        // 16-bit tensor-core FLOP/s estimate
+};
+
+}  // namespace coalesce

@@ -1,0 +1,35 @@
+#include "kernels/core/variant.h"
+
+#include <algorithm>
+
+namespace coalesce {
+
+namespace {
+// Fixed per-call cost that dominates tiny problems: a kernel launch on a GPU
+// (about 3 us end to end on the H200), a thread-team start on the CPU.
+constexpr double kGpuLaunchSeconds = 3e-6;
+constexpr double kCpuCallSeconds = 2e-6;
+}  // namespace
+
+double KernelVariant::EstimateSeconds(const Problem& p,
+                                      const DeviceInfo& dev) const {
+  const double eff = std::clamp(Efficiency(p, dev), 1e-3, 1.0);
+  const double bw = dev.measured_copy_bandwidth > 0 ? dev.measured_copy_bandwidth
+                                                    : dev.theoretical_bandwidth;
+  const double bytes = static_cast<double>(MinBytesMoved(p));
+  const double flops = Flops(p);
+  double peak = dev.peak_fp32_flops;
+  if (const auto* g = std::get_if<GemmProblem>(&p)) {
+    if ((g->dtype != DType::kFloat32 || g->allow_tf32) &&
+        dev.peak_tensor_flops > 0) {
+      peak = dev.peak_tensor_flops;
+    }
+  }
+  const double t_mem = bw > 0 ? bytes / bw : 0;
+  const double t_math = peak > 0 ? flops / peak : 0;
+  const double fixed =
+      dev.backend == BackendKind::kCuda ? kGpuLaunchSeconds : kCpuCallSeconds;
+  return std::max(t_mem, t_math) / eff + fixed;
+}
+
+}  // namespace coalesce

@@ -1,0 +1,100 @@
+// The kernel-variant interface. A variant answers two separate questions
+// (as CUTLASS's can_implement and ggml-cuda's should_use_* do): can it run
+// this problem correctly (CanImplement: hard constraints, cheap, no side
+// effects) and how well does it suit it (EstimateSeconds, for selection).
+// Run executes on operands already in the backend's memory space. Variants
+// are stateless after construction and safe to call from many threads.
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "kernels/core/device_info.h"
+#include "kernels/core/problem.h"
+
+namespace coalesce {
+
+// Pointers to operands in the backend's memory space, in the operand order
+// of problem.h; null for absent optional operands.
+struct Operands {
+  absl::InlinedVector<const void*, 6> inputs;
+  absl::InlinedVector<void*, 2> outputs;
+};
+
+// What a GPU variant reports about the launch it made (the largest one, when
+// it launches several).
+struct LaunchInfo {
+  int64_t grid[3] = {0, 0, 0};
+  int64_t block[3] = {0, 0, 0};
+  int64_t shared_memory_bytes = 0;
+  int registers_per_thread = 0;
+  double theoretical_occupancy = 0;  // 0..1
+  double waves = 0;
+  int launches = 0;
+};
+
+// Per-call execution context supplied by the backend.
+struct ExecContext {
+  void* stream = nullptr;  // cudaStream_t on the CUDA backend
+  const DeviceInfo* device = nullptr;
+  LaunchInfo launch;  // filled by GPU variants
+};
+
+class KernelVariant {
+ public:
+  virtual ~KernelVariant() = default;
+  // Stable API: "op.backend.variant", e.g. "transpose.cuda.smem_padded".
+  virtual absl::string_view name() const = 0;
+  virtual absl::string_view description() const = 0;
+  virtual OpKind op() const = 0;
+  virtual BackendKind backend() const = 0;
+  // OK when Run would compute this problem correctly on this device;
+  // otherwise UNIMPLEMENTED saying which constraint fails.
+  virtual absl::Status CanImplement(const Problem& p,
+                                    const DeviceInfo& dev) const = 0;
+  // Estimated seconds for this problem (lower is better); the default is a
+  // roofline estimate scaled by Efficiency.
+  virtual double EstimateSeconds(const Problem& p,
+                                 const DeviceInfo& dev) const;
+  virtual absl::Status Run(const Problem& p, const Operands& ops,
+                           ExecContext& ctx) const = 0;
+
+ protected:
+  // Fraction of the roofline this variant typically reaches on p (0..1].
+  virtual double Efficiency(const Problem& p, const DeviceInfo& dev) const {
+    return 0.5;
+  }
+};
+
+// Base for variants of one op: dispatches on the problem type.
+template <typename P, OpKind kOp, BackendKind kBackend>
+class TypedVariant : public KernelVariant {
+ public:
+  OpKind op() const final { return kOp; }
+  BackendKind backend() const final { return kBackend; }
+  absl::Status CanImplement(const Problem& p,
+                            const DeviceInfo& dev) const final {
+    const P* typed = std::get_if<P>(&p);
+    if (typed == nullptr) {
+      return absl::InvalidArgumentError("problem is not of this variant's op");
+    }
+    return CanImplementTyped(*typed, dev);
+  }
+  absl::Status Run(const Problem& p, const Operands& ops,
+                   ExecContext& ctx) const final {
+    const P* typed = std::get_if<P>(&p);
+    if (typed == nullptr) {
+      return absl::InvalidArgumentError("problem is not of this variant's op");
+    }
+    return RunTyped(*typed, ops, ctx);
+  }
+
+ protected:
+  virtual absl::Status CanImplementTyped(const P& p,
+                                         const DeviceInfo& dev) const = 0;
+  virtual absl::Status RunTyped(const P& p, const Operands& ops,
+                                ExecContext& ctx) const = 0;
+};
+
+}  // namespace coalesce
