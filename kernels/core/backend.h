@@ -24,6 +24,25 @@ struct RunResult {
   LaunchInfo launch;
 };
 
+// Device-side timing of one variant (the bench harness): inputs random and
+// resident, outputs poisoned, enough buffer sets rotated that their total
+// footprint exceeds min_footprint_bytes (defeats the L2 cache).
+struct BenchmarkOptions {
+  int warmup = 5;
+  int reps = 30;
+  int64_t min_footprint_bytes = int64_t{512} << 20;
+  uint64_t seed = 1;
+};
+
+struct BenchmarkResult {
+  double median_seconds = 0;
+  double min_seconds = 0;
+  double max_seconds = 0;
+  int reps = 0;
+  int buffer_sets = 0;
+  LaunchInfo launch;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -35,6 +54,10 @@ class Backend {
   // CanImplement(p) must hold.
   virtual absl::Status Execute(const KernelVariant& v, const Problem& p,
                                const Operands& host, RunResult* result) = 0;
+  // Times v on p on the device. The default runs Execute on host buffers
+  // and takes the kernel time it reports (right for the CPU backend).
+  virtual absl::StatusOr<BenchmarkResult> Benchmark(
+      const KernelVariant& v, const Problem& p, const BenchmarkOptions& opts);
   // Non-OK after a fault that makes the device unusable (sticky CUDA error).
   virtual absl::Status Health() const { return absl::OkStatus(); }
 };
