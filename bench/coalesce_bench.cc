@@ -1,0 +1,299 @@
+// coalesce-bench: checks and times kernel variants on the device.
+//
+//   coalesce-bench kernels [--ops=transpose,convert_layout]
+//       [--dtypes=float32,bfloat16] [--preset=targets|quick]
+//       [--device=auto|cpu|cuda] [--reps=30] [--warmup=5]
+//       [--check_max_elements=N] [--json=FILE]
+//
+// For every (op, dtype, shape) of the preset and every variant that can run
+// it: a correctness check against the float64 CPU reference (shapes up to
+// --check_max_elements), then device-side timing (CUDA events, warm-up,
+// median of --reps, buffer sets rotated past the L2). Prints a table and
+// writes JSON that bench/report.py turns into docs/PERFORMANCE.md rows.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "kernels/backends.h"
+#include "kernels/core/permute.h"
+#include "kernels/testing/conformance.h"
+
+ABSL_FLAG(std::string, ops, "transpose,convert_layout",
+          "comma-separated ops to run");
+ABSL_FLAG(std::string, dtypes, "float32,bfloat16",
+          "comma-separated dtypes (float32, float16, bfloat16)");
+ABSL_FLAG(std::string, preset, "targets",
+          "shape list: 'targets' (the issue targets) or 'quick' (small)");
+ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
+ABSL_FLAG(std::string, variants, "",
+          "only variants whose name contains one of these (comma-separated)");
+ABSL_FLAG(int, reps, 30, "timed repetitions (median reported)");
+ABSL_FLAG(int, warmup, 5, "untimed warm-up runs");
+ABSL_FLAG(int64_t, check_max_elements, int64_t{1} << 27,
+          "check correctness against the CPU reference for problems up to "
+          "this many elements (0: never)");
+ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
+
+namespace coalesce {
+namespace {
+
+struct Case {
+  std::string label;  // what a reader recognizes, e.g. "nchw_to_nhwc"
+  Problem problem;
+};
+
+Case TransposeCase(DType t, int64_t b, int64_t m, int64_t n) {
+  TransposeProblem p;
+  p.dtype = t;
+  p.batch = b;
+  p.rows = m;
+  p.cols = n;
+  return {"transpose", p};
+}
+
+Case PermuteCase(DType t, Shape shape, Perm perm, LayoutKind kind) {
+  PermuteProblem p;
+  p.dtype = t;
+  p.in_shape = std::move(shape);
+  p.perm = std::move(perm);
+  p.kind = kind;
+  return {std::string(LayoutKindName(kind)), p};
+}
+
+std::vector<Case> Cases(OpKind op, DType t, const std::string& preset) {
+  std::vector<Case> out;
+  const bool quick = preset == "quick";
+  if (op == OpKind::kTranspose) {
+    if (quick) {
+      out.push_back(TransposeCase(t, 1, 1024, 1024));
+      out.push_back(TransposeCase(t, 4, 1000, 777));
+      return out;
+    }
+    for (int64_t n : {4096, 8192, 16384}) out.push_back(TransposeCase(t, 1, n, n));
+    out.push_back(TransposeCase(t, 1, 4096, 12288));
+    out.push_back(TransposeCase(t, 1, 1024, 1024));
+    out.push_back(TransposeCase(t, 32, 1024, 1024));
+    return out;
+  }
+  if (op == OpKind::kConvertLayout) {
+    std::vector<Shape> images = {{64, 256, 56, 56},
+                                 {128, 64, 112, 112},
+                                 {8, 512, 28, 28},
+                                 {32, 3, 224, 224}};
+    if (quick) images = {{2, 3, 33, 31}, {4, 64, 28, 28}};
+    for (const Shape& s : images) {
+      out.push_back(PermuteCase(t, s, {0, 2, 3, 1}, LayoutKind::kNchwToNhwc));
+      // The same tensor held as NHWC [N, H, W, C] back to NCHW.
+      out.push_back(PermuteCase(t, {s[0], s[2], s[3], s[1]}, {0, 3, 1, 2},
+                                LayoutKind::kNhwcToNchw));
+    }
+    const int64_t records = quick ? (int64_t{1} << 16) : (int64_t{1} << 26);
+    for (int64_t f : {3, 4, 8}) {
+      out.push_back(
+          PermuteCase(t, {records, f}, {1, 0}, LayoutKind::kAosToSoa));
+      out.push_back(
+          PermuteCase(t, {f, records}, {1, 0}, LayoutKind::kSoaToAos));
+    }
+    if (!quick) {
+      // A general rank-5 permutation that keeps no dim innermost.
+      out.push_back(PermuteCase(t, {16, 32, 24, 40, 36}, {4, 1, 3, 0, 2},
+                                LayoutKind::kPermute));
+    }
+    return out;
+  }
+  return out;
+}
+
+Shape ShapeOf(const Problem& p) {
+  if (const auto* t = std::get_if<TransposeProblem>(&p)) {
+    return {t->batch, t->rows, t->cols};
+  }
+  if (const auto* q = std::get_if<PermuteProblem>(&p)) return q->in_shape;
+  if (const auto* g = std::get_if<GemmProblem>(&p)) {
+    return {g->batch, g->m, g->n, g->k};
+  }
+  const auto& l = std::get<GeluLnProblem>(p);
+  return {l.rows, l.hidden};
+}
+
+DType DTypeOf(const Problem& p) {
+  return std::visit([](const auto& q) { return q.dtype; }, p);
+}
+
+std::string JsonEscape(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "coalesce-bench kernels [flags]: check and time every kernel variant "
+      "over a shape preset; prints a table, writes --json.");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2 || std::string(args[1]) != "kernels") {
+    std::fprintf(stderr,
+                 "usage: coalesce-bench kernels [flags] (--help for flags)\n");
+    return 2;
+  }
+  BackendOptions bo;
+  bo.device = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<BackendChoice> choice = CreateBackend(bo);
+  if (!choice.ok()) {
+    std::fprintf(stderr, "error: %s\n", choice.status().ToString().c_str());
+    return 1;
+  }
+  Backend& backend = *choice->backend;
+  const DeviceInfo& dev = backend.device();
+  const double peak = dev.measured_copy_bandwidth;
+  std::fprintf(stderr, "device: %s (%s), measured copy peak %.1f GB/s\n",
+               dev.name.c_str(), std::string(BackendName(dev.backend)).c_str(),
+               peak / 1e9);
+
+  std::vector<OpKind> ops;
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_ops), ',', absl::SkipEmpty())) {
+    bool found = false;
+    for (OpKind op : kAllOps) {
+      if (OpName(op) == name) {
+        ops.push_back(op);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "unknown op: %s\n", std::string(name).c_str());
+      return 2;
+    }
+  }
+  std::vector<DType> dtypes;
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',', absl::SkipEmpty())) {
+    DType t;
+    if (!ParseDType(name, &t)) {
+      std::fprintf(stderr, "unknown dtype: %s\n", std::string(name).c_str());
+      return 2;
+    }
+    dtypes.push_back(t);
+  }
+  const std::vector<std::string> filters =
+      absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipEmpty());
+
+  struct Job {
+    Case c;
+    const KernelVariant* v;
+  };
+  std::vector<Job> jobs;
+  for (OpKind op : ops) {
+    for (DType t : dtypes) {
+      for (Case& c : Cases(op, t, absl::GetFlag(FLAGS_preset))) {
+        for (const KernelVariant* v : backend.registry().ForOp(op)) {
+          if (!v->CanImplement(c.problem, dev).ok()) continue;
+          bool keep = filters.empty();
+          for (const std::string& f : filters) {
+            if (absl::StrContains(v->name(), f)) keep = true;
+          }
+          if (keep) jobs.push_back({c, v});
+        }
+      }
+    }
+  }
+
+  BenchmarkOptions opts;
+  opts.reps = absl::GetFlag(FLAGS_reps);
+  opts.warmup = absl::GetFlag(FLAGS_warmup);
+  const int64_t check_max = absl::GetFlag(FLAGS_check_max_elements);
+  std::vector<std::string> json_rows;
+  std::string table = absl::StrFormat(
+      "%-15s %-8s %-24s %-34s %10s %9s %6s %5s %5s %7s %s\n", "op", "dtype",
+      "shape", "variant", "us", "GB/s", "xpeak", "occ", "regs", "smem",
+      "check");
+  int failures = 0;
+  const absl::Time start = absl::Now();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& j = jobs[i];
+    const Problem& p = j.c.problem;
+    const std::string shape = absl::StrCat("[", absl::StrJoin(ShapeOf(p), ","), "]");
+    std::fprintf(stderr, "\r[%zu/%zu %.0fs] %-14s %-8s %-22s %-34s", i + 1,
+                 jobs.size(), absl::ToDoubleSeconds(absl::Now() - start),
+                 j.c.label.c_str(), std::string(DTypeName(DTypeOf(p))).c_str(),
+                 shape.c_str(), std::string(j.v->name()).c_str());
+    std::fflush(stderr);
+    int64_t elements = 0;
+    for (int64_t b : OperandBytes(p).inputs) elements += b;
+    elements /= static_cast<int64_t>(ElementSize(DTypeOf(p)));
+    std::string check = "skipped";
+    if (elements <= check_max) {
+      absl::Status s = CheckVariant(backend, *j.v, p, 1000 + i);
+      check = s.ok() ? "ok" : absl::StrCat("FAIL: ", s.message());
+      if (!s.ok()) ++failures;
+    }
+    absl::StatusOr<BenchmarkResult> r = backend.Benchmark(*j.v, p, opts);
+    if (!r.ok()) {
+      ++failures;
+      std::fprintf(stderr, "\n%s: %s\n", std::string(j.v->name()).c_str(),
+                   r.status().ToString().c_str());
+      continue;
+    }
+    const double bytes = static_cast<double>(MinBytesMoved(p));
+    const double gbps = bytes / r->median_seconds / 1e9;
+    const double frac = peak > 0 ? bytes / r->median_seconds / peak : 0;
+    const double flops = Flops(p);
+    absl::StrAppendFormat(
+        &table, "%-15s %-8s %-24s %-34s %10.2f %9.1f %6.3f %5.2f %5d %7d %s\n",
+        j.c.label, DTypeName(DTypeOf(p)), shape, j.v->name(),
+        r->median_seconds * 1e6, gbps, frac, r->launch.theoretical_occupancy,
+        r->launch.registers_per_thread,
+        static_cast<int>(r->launch.shared_memory_bytes),
+        check.size() > 40 ? check.substr(0, 40) : check);
+    json_rows.push_back(absl::StrFormat(
+        "{\"op\":\"%s\",\"case\":\"%s\",\"dtype\":\"%s\",\"shape\":%s,"
+        "\"variant\":\"%s\",\"median_us\":%.3f,\"min_us\":%.3f,"
+        "\"max_us\":%.3f,\"bytes\":%.0f,\"flops\":%.0f,\"GBps\":%.2f,"
+        "\"frac_copy_peak\":%.4f,\"theoretical_occupancy\":%.4f,"
+        "\"waves\":%.2f,\"registers\":%d,\"smem_bytes\":%d,"
+        "\"grid\":[%d,%d,%d],\"block\":[%d,%d,%d],\"buffer_sets\":%d,"
+        "\"reps\":%d,\"check\":\"%s\"}",
+        OpName(OpOf(p)), j.c.label, DTypeName(DTypeOf(p)), shape, j.v->name(),
+        r->median_seconds * 1e6, r->min_seconds * 1e6, r->max_seconds * 1e6,
+        bytes, flops, gbps, frac, r->launch.theoretical_occupancy,
+        r->launch.waves, r->launch.registers_per_thread,
+        static_cast<int>(r->launch.shared_memory_bytes),
+        static_cast<int>(r->launch.grid[0]), static_cast<int>(r->launch.grid[1]),
+        static_cast<int>(r->launch.grid[2]),
+        static_cast<int>(r->launch.block[0]),
+        static_cast<int>(r->launch.block[1]),
+        static_cast<int>(r->launch.block[2]), r->buffer_sets, r->reps,
+        JsonEscape(check)));
+  }
+  std::fprintf(stderr, "\n");
+  std::fputs(table.c_str(), stdout);
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (!path.empty()) {
+    std::ofstream f(path);
+    f << absl::StrFormat(
+        "{\"device\":\"%s\",\"backend\":\"%s\",\"copy_peak_GBps\":%.2f,"
+        "\"theoretical_GBps\":%.2f,\"rows\":[\n%s\n]}\n",
+        JsonEscape(dev.name), BackendName(dev.backend), peak / 1e9,
+        dev.theoretical_bandwidth / 1e9, absl::StrJoin(json_rows, ",\n"));
+  }
+  std::printf("%zu runs, %d failures\n", jobs.size(), failures);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace coalesce
+
+int main(int argc, char** argv) { return coalesce::Main(argc, argv); }

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Times PyTorch on the same cases a coalesce-bench JSON lists, in the same
+run, so every row gets a `vs torch` ratio measured side by side.
+
+    python3 bench/torch_bench.py COALESCE_JSON OUT_JSON [--reps 30]
+
+Inputs are random (never zeros); several input sets are rotated so the
+footprint exceeds the L2; CUDA events; median of --reps after warm-up.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16,
+          "bfloat16": torch.bfloat16}
+FOOTPRINT = 512 << 20
+
+
+def time_fn(make_args, fn, reps, warmup=5):
+    """Median ms of fn(*args) over reps, rotating argument sets."""
+    sets = [make_args()]
+    per_set = sum(t.numel() * t.element_size() for t in sets[0])
+    while len(sets) * per_set < FOOTPRINT and len(sets) < 64:
+        sets.append(make_args())
+    for i in range(warmup):
+        fn(*sets[i % len(sets)])
+    times = []
+    for i in range(reps):
+        a = sets[i % len(sets)]
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+            enable_timing=True)
+        s.record()
+        fn(*a)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def rand(shape, dtype):
+    x = torch.rand(shape, device="cuda", dtype=torch.float32) * 0.75 + 0.25
+    sign = torch.randint(0, 2, shape, device="cuda") * 2 - 1
+    return (x * sign).to(dtype)
+
+
+def case_fn(case, shape, dtype):
+    """(make_args, fn) running the PyTorch equivalent of one case."""
+    if case in ("transpose", "aos_to_soa", "soa_to_aos"):
+        if len(shape) == 2:
+            shape = [1] + shape
+        b, m, n = shape
+        return (lambda: (rand((b, m, n), dtype),
+                         torch.empty((b, n, m), device="cuda", dtype=dtype)),
+                lambda x, y: y.copy_(x.transpose(-1, -2)))
+    if case == "nchw_to_nhwc":
+        return (lambda: (rand(tuple(shape), dtype),),
+                lambda x: x.contiguous(memory_format=torch.channels_last))
+    if case == "nhwc_to_nchw":
+        n, h, w, c = shape
+        return (lambda: (rand((n, c, h, w), dtype).contiguous(
+            memory_format=torch.channels_last),),
+                lambda x: x.contiguous())
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("coalesce_json")
+    ap.add_argument("out_json")
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+    src = json.load(open(args.coalesce_json))
+    seen, rows = set(), []
+    # The copy ceiling as PyTorch measures it, in the same run.
+    n = 1 << 28
+    ms = time_fn(lambda: (torch.empty(n, device="cuda"),
+                          rand((n,), torch.float32)),
+                 lambda y, x: y.copy_(x), args.reps)
+    torch_copy = 2 * 4 * n / ms / 1e6
+    todo = []
+    for r in src["rows"]:
+        key = (r["case"], r["dtype"], tuple(r["shape"]))
+        if key not in seen:
+            seen.add(key)
+            todo.append(r)
+    for i, r in enumerate(todo):
+        shape = list(r["shape"])
+        if r["case"] == "transpose" and shape[0] == 1:
+            shape = shape[1:]
+        made = case_fn(r["case"], shape, DTYPES[r["dtype"]])
+        print(f"\r[{i + 1}/{len(todo)}] torch {r['case']} {r['dtype']} "
+              f"{r['shape']}", end="", file=sys.stderr, flush=True)
+        if made is None:
+            continue
+        ms = time_fn(made[0], made[1], args.reps)
+        rows.append({"case": r["case"], "dtype": r["dtype"],
+                     "shape": r["shape"], "torch_us": ms * 1e3,
+                     "torch_GBps": r["bytes"] / (ms * 1e-3) / 1e9})
+        torch.cuda.empty_cache()
+    print(file=sys.stderr)
+    json.dump({"torch": torch.__version__, "device":
+               torch.cuda.get_device_name(), "torch_copy_GBps": torch_copy,
+               "rows": rows}, open(args.out_json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,422 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/core/status_macros.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.h"
+
+namespace coalesce {
+namespace {
+
+// Concurrent requests in flight on the device. Four lanes let one request's
+// host-to-device copy, another's kernel and a third's device-to-host copy
+// overlap (the seeds' multi-stream pattern) without oversubscribing the
+// copy engines.
+constexpr int kLanes = 4;
+// Pinned staging chunk: large enough that a chunk's DMA (about 150 us at
+// 55 GB/s for 8 MiB) hides the host memcpy of the next one, small enough
+// that four lanes pin only 64 MiB.
+constexpr size_t kStagingChunkBytes = size_t{8} << 20;
+// Bytes of the start-up copy that defines the peak: 2 x 512 MiB, far above
+// the 60 MB L2 of an H200.
+constexpr int64_t kPeakProbeBytes = int64_t{512} << 20;
+
+bool IsStickyError(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorInvalidPc:
+    case cudaErrorInvalidAddressSpace:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct Lane {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t h2d_start = nullptr, kernel_start = nullptr,
+              kernel_stop = nullptr, d2h_stop = nullptr;
+  void* staging[2] = {nullptr, nullptr};
+  cudaEvent_t staging_free[2] = {nullptr, nullptr};
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(DeviceInfo info) : device_(std::move(info)) {
+    RegisterCudaVariants(registry_);
+  }
+  ~CudaBackend() override {
+    cudaSetDevice(device_.ordinal);
+    for (Lane& l : lanes_) {
+      if (l.stream) cudaStreamSynchronize(l.stream);
+      for (int i = 0; i < 2; ++i) {
+        if (l.staging[i]) cudaFreeHost(l.staging[i]);
+        if (l.staging_free[i]) cudaEventDestroy(l.staging_free[i]);
+      }
+      for (cudaEvent_t e :
+           {l.h2d_start, l.kernel_start, l.kernel_stop, l.d2h_stop}) {
+        if (e) cudaEventDestroy(e);
+      }
+      if (l.stream) cudaStreamDestroy(l.stream);
+    }
+  }
+
+  absl::Status Init() {
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
+    // Keep freed memory in the pool: requests reuse it without a driver call.
+    cudaMemPool_t pool;
+    COALESCE_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetDefaultMemPool(&pool, device_.ordinal));
+    uint64_t threshold = UINT64_MAX;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(
+        pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    lanes_.resize(kLanes);
+    for (Lane& l : lanes_) {
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking));
+      for (cudaEvent_t* e :
+           {&l.h2d_start, &l.kernel_start, &l.kernel_stop, &l.d2h_stop}) {
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(e));
+      }
+      for (int i = 0; i < 2; ++i) {
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(
+            &l.staging_free[i], cudaEventDisableTiming));
+        COALESCE_CUDA_RETURN_IF_ERROR(
+            cudaMallocHost(&l.staging[i], kStagingChunkBytes));
+      }
+      free_lanes_.push_back(&l);
+    }
+    const int64_t probe =
+        std::min<int64_t>(kPeakProbeBytes, device_.memory_bytes / 8);
+    COALESCE_ASSIGN_OR_RETURN(
+        device_.measured_copy_bandwidth,
+        cuda::MeasureCopyBandwidth(probe, 10, lanes_[0].stream));
+    return absl::OkStatus();
+  }
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  const DeviceInfo& device() const override { return device_; }
+  const VariantRegistry& registry() const override { return registry_; }
+
+  absl::Status Health() const override {
+    absl::MutexLock lock(&health_mu_);
+    return health_;
+  }
+
+  absl::Status Execute(const KernelVariant& v, const Problem& p,
+                       const Operands& host, RunResult* result) override {
+    COALESCE_RETURN_IF_ERROR(Health());
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
+    Lane* lane = AcquireLane();
+    absl::Status s = ExecuteOnLane(*lane, v, p, host, result);
+    ReleaseLane(lane);
+    return Track(s);
+  }
+
+  absl::StatusOr<BenchmarkResult> Benchmark(
+      const KernelVariant& v, const Problem& p,
+      const BenchmarkOptions& opts) override {
+    COALESCE_RETURN_IF_ERROR(Health());
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
+    Lane* lane = AcquireLane();
+    absl::StatusOr<BenchmarkResult> r = BenchmarkOnLane(*lane, v, p, opts);
+    ReleaseLane(lane);
+    if (!r.ok()) return Track(r.status());
+    return r;
+  }
+
+ private:
+  Lane* AcquireLane() {
+    std::unique_lock<std::mutex> lock(lanes_mu_);
+    lanes_cv_.wait(lock, [&] { return !free_lanes_.empty(); });
+    Lane* l = free_lanes_.back();
+    free_lanes_.pop_back();
+    return l;
+  }
+  void ReleaseLane(Lane* l) {
+    {
+      std::lock_guard<std::mutex> lock(lanes_mu_);
+      free_lanes_.push_back(l);
+    }
+    lanes_cv_.notify_one();
+  }
+
+  // Marks the backend unhealthy after an error that poisons the context.
+  absl::Status Track(absl::Status s) {
+    if (s.ok()) return s;
+    const cudaError_t e = cudaPeekAtLastError();
+    if (IsStickyError(e) || IsStickyError(cudaStreamQuery(nullptr))) {
+      absl::MutexLock lock(&health_mu_);
+      health_ = absl::InternalError(
+          absl::StrCat("CUDA context is unusable after: ", s.message()));
+    }
+    return s;
+  }
+
+  // Host -> device through the lane's two pinned chunks: the memcpy into one
+  // chunk overlaps the DMA of the other.
+  absl::Status StageIn(Lane& l, void* dst, const void* src, size_t n) {
+    const char* s = static_cast<const char*>(src);
+    char* d = static_cast<char*>(dst);
+    for (size_t off = 0, i = 0; off < n; off += kStagingChunkBytes, ++i) {
+      const size_t len = std::min(kStagingChunkBytes, n - off);
+      const int b = static_cast<int>(i & 1);
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staging_free[b]));
+      std::memcpy(l.staging[b], s + off, len);
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          d + off, l.staging[b], len, cudaMemcpyHostToDevice, l.stream));
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.staging_free[b], l.stream));
+    }
+    return absl::OkStatus();
+  }
+
+  // Device -> host: the DMA of chunk i overlaps the memcpy out of chunk i-1.
+  absl::Status StageOut(Lane& l, void* dst, const void* src, size_t n) {
+    const char* s = static_cast<const char*>(src);
+    char* d = static_cast<char*>(dst);
+    size_t prev_off = 0, prev_len = 0;
+    int prev_b = -1;
+    for (size_t off = 0, i = 0; off < n; off += kStagingChunkBytes, ++i) {
+      const size_t len = std::min(kStagingChunkBytes, n - off);
+      const int b = static_cast<int>(i & 1);
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          l.staging[b], s + off, len, cudaMemcpyDeviceToHost, l.stream));
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.staging_free[b], l.stream));
+      if (prev_b >= 0) {
+        COALESCE_CUDA_RETURN_IF_ERROR(
+            cudaEventSynchronize(l.staging_free[prev_b]));
+        std::memcpy(d + prev_off, l.staging[prev_b], prev_len);
+      }
+      prev_off = off;
+      prev_len = len;
+      prev_b = b;
+    }
+    if (prev_b >= 0) {
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staging_free[prev_b]));
+      std::memcpy(d + prev_off, l.staging[prev_b], prev_len);
+    }
+    return absl::OkStatus();
+  }
+
+  // Device buffers of one call, freed stream-ordered on every exit path.
+  struct DeviceBuffers {
+    cudaStream_t stream;
+    std::vector<void*> ptrs;
+    ~DeviceBuffers() {
+      for (void* q : ptrs) cudaFreeAsync(q, stream);
+    }
+    absl::StatusOr<void*> Alloc(int64_t bytes) {
+      if (bytes <= 0) return nullptr;
+      void* q = nullptr;
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&q, bytes, stream));
+      ptrs.push_back(q);
+      return q;
+    }
+  };
+
+  absl::Status ExecuteOnLane(Lane& l, const KernelVariant& v, const Problem& p,
+                             const Operands& host, RunResult* result) {
+    const OperandSizes sizes = OperandBytes(p);
+    DeviceBuffers bufs{l.stream, {}};
+    Operands dev;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.h2d_start, l.stream));
+    for (size_t i = 0; i < sizes.inputs.size(); ++i) {
+      COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(sizes.inputs[i]));
+      if (d != nullptr) {
+        COALESCE_RETURN_IF_ERROR(StageIn(l, d, host.inputs[i], sizes.inputs[i]));
+      }
+      dev.inputs.push_back(d);
+    }
+    for (size_t i = 0; i < sizes.outputs.size(); ++i) {
+      COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(sizes.outputs[i]));
+      dev.outputs.push_back(d);
+    }
+    ExecContext ctx;
+    ctx.stream = l.stream;
+    ctx.device = &device_;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_start, l.stream));
+    COALESCE_RETURN_IF_ERROR(v.Run(p, dev, ctx));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_stop, l.stream));
+    for (size_t i = 0; i < sizes.outputs.size(); ++i) {
+      if (sizes.outputs[i] > 0) {
+        COALESCE_RETURN_IF_ERROR(
+            StageOut(l, host.outputs[i], dev.outputs[i], sizes.outputs[i]));
+      }
+    }
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.d2h_stop, l.stream));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.d2h_stop));
+    if (result != nullptr) {
+      float h2d = 0, kern = 0, d2h = 0;
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventElapsedTime(&h2d, l.h2d_start, l.kernel_start));
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventElapsedTime(&kern, l.kernel_start, l.kernel_stop));
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventElapsedTime(&d2h, l.kernel_stop, l.d2h_stop));
+      result->h2d_seconds = h2d * 1e-3;
+      result->kernel_seconds = kern * 1e-3;
+      result->d2h_seconds = d2h * 1e-3;
+      result->launch = ctx.launch;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<BenchmarkResult> BenchmarkOnLane(
+      Lane& l, const KernelVariant& v, const Problem& p,
+      const BenchmarkOptions& opts) {
+    const OperandSizes sizes = OperandBytes(p);
+    const DType dtype = std::visit([](const auto& q) { return q.dtype; }, p);
+    int64_t set_bytes = 0;
+    for (int64_t b : sizes.inputs) set_bytes += b;
+    for (int64_t b : sizes.outputs) set_bytes += b;
+    // Rotate buffer sets so the timed runs read from HBM, not from L2.
+    int sets = static_cast<int>(std::clamp<int64_t>(
+        set_bytes > 0 ? (opts.min_footprint_bytes + set_bytes - 1) / set_bytes
+                      : 1,
+        1, 64));
+    sets = static_cast<int>(std::max<int64_t>(
+        1, std::min<int64_t>(sets, device_.memory_bytes / 4 /
+                                       std::max<int64_t>(set_bytes, 1))));
+    DeviceBuffers bufs{l.stream, {}};
+    std::vector<Operands> ops(sets);
+    for (int s = 0; s < sets; ++s) {
+      for (int64_t b : sizes.inputs) {
+        COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(b));
+        if (d != nullptr) {
+          COALESCE_RETURN_IF_ERROR(cuda::FillRandomDevice(
+              d, dtype, b / static_cast<int64_t>(ElementSize(dtype)),
+              opts.seed * 131 + s * 7 + ops[s].inputs.size(), l.stream));
+        }
+        ops[s].inputs.push_back(d);
+      }
+      for (int64_t b : sizes.outputs) {
+        COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(b));
+        if (d != nullptr) {
+          COALESCE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d, 0xff, b, l.stream));
+        }
+        ops[s].outputs.push_back(d);
+      }
+    }
+    ExecContext ctx;
+    ctx.stream = l.stream;
+    ctx.device = &device_;
+    for (int i = 0; i < opts.warmup; ++i) {
+      COALESCE_RETURN_IF_ERROR(v.Run(p, ops[i % sets], ctx));
+    }
+    std::vector<cudaEvent_t> ev(opts.reps + 1);
+    for (cudaEvent_t& e : ev) COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    absl::Status st = absl::OkStatus();
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], l.stream));
+    for (int i = 0; i < opts.reps && st.ok(); ++i) {
+      ctx.launch = LaunchInfo{};
+      st = v.Run(p, ops[i % sets], ctx);
+      if (st.ok()) {
+        st = cuda::CudaStatus(cudaEventRecord(ev[i + 1], l.stream),
+                              "cudaEventRecord", __FILE__, __LINE__);
+      }
+    }
+    if (st.ok()) {
+      st = cuda::CudaStatus(cudaStreamSynchronize(l.stream),
+                            "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
+    std::vector<double> t;
+    for (int i = 0; st.ok() && i < opts.reps; ++i) {
+      float ms = 0;
+      st = cuda::CudaStatus(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]),
+                            "cudaEventElapsedTime", __FILE__, __LINE__);
+      t.push_back(ms * 1e-3);
+    }
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    COALESCE_RETURN_IF_ERROR(st);
+    std::sort(t.begin(), t.end());
+    BenchmarkResult r;
+    r.reps = static_cast<int>(t.size());
+    r.buffer_sets = sets;
+    r.median_seconds = t[t.size() / 2];
+    r.min_seconds = t.front();
+    r.max_seconds = t.back();
+    r.launch = ctx.launch;
+    return r;
+  }
+
+  DeviceInfo device_;
+  VariantRegistry registry_;
+  std::vector<Lane> lanes_;
+  std::mutex lanes_mu_;
+  std::condition_variable lanes_cv_;
+  std::vector<Lane*> free_lanes_;
+  mutable absl::Mutex health_mu_;
+  absl::Status health_;
+};
+
+absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device visible: ", cudaGetErrorString(e)));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError("no CUDA device visible");
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", ordinal, " requested, ", count, " visible"));
+  }
+  cudaDeviceProp prop{};
+  COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal));
+  DeviceInfo d;
+  d.backend = BackendKind::kCuda;
+  d.name = prop.name;
+  d.ordinal = ordinal;
+  d.cc_major = prop.major;
+  d.cc_minor = prop.minor;
+  d.multiprocessors = prop.multiProcessorCount;
+  d.max_threads_per_multiprocessor = prop.maxThreadsPerMultiProcessor;
+  d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  d.l2_cache_bytes = prop.l2CacheSize;
+  d.shared_memory_per_block_bytes = static_cast<int64_t>(prop.sharedMemPerBlock);
+  d.shared_memory_per_block_optin_bytes =
+      static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  int mem_khz = 0, sm_khz = 0;
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, ordinal);
+  cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, ordinal);
+  // Double data rate: two transfers per memory clock.
+  d.theoretical_bandwidth =
+      2.0 * mem_khz * 1e3 * (static_cast<double>(prop.memoryBusWidth) / 8.0);
+  // Roofline leads: 128 FP32 FMA lanes per SM (Hopper, Ampere), and dense
+  // 16-bit tensor throughput of 2048 FMA per SM per clock on Hopper (1024
+  // on Ampere).
+  d.peak_fp32_flops = 2.0 * 128 * d.multiprocessors * sm_khz * 1e3;
+  d.peak_tensor_flops =
+      (prop.major >= 9 ? 2.0 * 2048 : 2.0 * 1024) * d.multiprocessors *
+      sm_khz * 1e3;
+  return d;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  COALESCE_ASSIGN_OR_RETURN(DeviceInfo info, ProbeDevice(device));
+  auto backend = std::make_unique<CudaBackend>(std::move(info));
+  COALESCE_RETURN_IF_ERROR(backend->Init());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace coalesce

@@ -1,0 +1,116 @@
+// The GPU conformance suite, generated from the CUDA registry: every variant
+// x every conformance problem it accepts x every dtype, against the float64
+// CPU reference (bit-exact for data movement). Skips, with the reason, where
+// no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "kernels/core/permute.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/testing/conformance.h"
+
+namespace coalesce {
+namespace {
+
+class CudaConformance : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(0);
+    if (b.ok()) {
+      backend_ = std::move(*b).release();
+    } else {
+      skip_reason_ = new std::string(b.status().ToString());
+    }
+  }
+  static void TearDownTestSuite() {
+    delete backend_;
+    backend_ = nullptr;
+  }
+  void SetUp() override {
+    if (backend_ == nullptr) GTEST_SKIP() << "no GPU: " << *skip_reason_;
+  }
+  static Backend* backend_;
+  static std::string* skip_reason_;
+};
+Backend* CudaConformance::backend_ = nullptr;
+std::string* CudaConformance::skip_reason_ = nullptr;
+
+// Shapes the issue names for the GPU on top of the shared edge cases: 4097
+// (one past a tile multiple), C = 3 images, batched odd sizes.
+std::vector<Problem> ExtraProblems(OpKind op, DType t) {
+  std::vector<Problem> out;
+  if (op == OpKind::kTranspose) {
+    for (auto [b, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {1, 4097, 33}, {1, 33, 4097}, {2, 1000, 1000}, {3, 128, 256},
+             {1, 256, 1024}, {5, 7, 4096}, {1, 4096, 3}, {7, 3, 1000}}) {
+      TransposeProblem p;
+      p.dtype = t;
+      p.batch = b;
+      p.rows = m;
+      p.cols = n;
+      out.push_back(p);
+    }
+  }
+  if (op == OpKind::kConvertLayout) {
+    auto add = [&](Shape s, Perm perm, LayoutKind k) {
+      PermuteProblem p;
+      p.dtype = t;
+      p.in_shape = std::move(s);
+      p.perm = std::move(perm);
+      p.kind = k;
+      out.push_back(p);
+    };
+    add({4, 3, 224, 224}, {0, 2, 3, 1}, LayoutKind::kNchwToNhwc);
+    add({4, 224, 224, 3}, {0, 3, 1, 2}, LayoutKind::kNhwcToNchw);
+    add({2, 64, 56, 56}, {0, 2, 3, 1}, LayoutKind::kNchwToNhwc);
+    add({2, 56, 56, 64}, {0, 3, 1, 2}, LayoutKind::kNhwcToNchw);
+    add({2, 512, 28, 28}, {0, 2, 3, 1}, LayoutKind::kNchwToNhwc);
+    add({4097, 3}, {1, 0}, LayoutKind::kAosToSoa);
+    add({3, 4097}, {1, 0}, LayoutKind::kSoaToAos);
+    add({100003, 8}, {1, 0}, LayoutKind::kAosToSoa);
+    add({16, 65536}, {1, 0}, LayoutKind::kSoaToAos);
+    add({6, 10, 12, 14, 16}, {4, 1, 3, 0, 2}, LayoutKind::kPermute);
+    add({3, 5, 7, 64, 2, 3}, {5, 4, 3, 2, 1, 0}, LayoutKind::kPermute);
+    add({8, 33, 40}, {1, 0, 2}, LayoutKind::kPermute);
+  }
+  return out;
+}
+
+TEST_F(CudaConformance, EveryVariantMatchesTheReference) {
+  int checked = 0;
+  uint64_t seed = 7;
+  for (const KernelVariant* v : backend_->registry().All()) {
+    for (DType t : kAllDTypes) {
+      std::vector<Problem> problems = ConformanceProblems(v->op(), t);
+      for (Problem& p : ExtraProblems(v->op(), t)) problems.push_back(p);
+      for (const Problem& p : problems) {
+        if (!v->CanImplement(p, backend_->device()).ok()) continue;
+        SCOPED_TRACE(std::string(v->name()) + " " + Describe(p));
+        absl::Status s = CheckVariant(*backend_, *v, p, ++seed);
+        EXPECT_TRUE(s.ok()) << s;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+  std::printf("checked %d (variant, problem) pairs on %s\n", checked,
+              backend_->device().name.c_str());
+}
+
+TEST_F(CudaConformance, EveryOpHasACudaVariant) {
+  for (OpKind op : {OpKind::kTranspose, OpKind::kConvertLayout}) {
+    EXPECT_FALSE(backend_->registry().ForOp(op).empty()) << OpName(op);
+  }
+}
+
+TEST_F(CudaConformance, CopyPeakIsMeasured) {
+  const DeviceInfo& d = backend_->device();
+  EXPECT_GT(d.measured_copy_bandwidth, 0);
+  EXPECT_GT(d.theoretical_bandwidth, 0);
+  // A measured copy cannot beat the memory's theoretical rate.
+  EXPECT_LT(d.measured_copy_bandwidth, 1.05 * d.theoretical_bandwidth);
+}
+
+}  // namespace
+}  // namespace coalesce

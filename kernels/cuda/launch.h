@@ -1,0 +1,31 @@
+// Launch bookkeeping shared by the CUDA variants: fills LaunchInfo
+// (registers, shared memory, theoretical occupancy from the occupancy API,
+// waves) for the launch a variant makes. Thread-safe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/core/variant.h"
+
+namespace coalesce::cuda {
+
+// Records func's launch in ctx.launch (kept when it is the largest launch
+// so far of this call). Cheap: cudaFuncGetAttributes and the occupancy
+// calculator are cached per function by the runtime.
+void RecordLaunch(const void* func, dim3 grid, dim3 block, size_t smem_bytes,
+                  ExecContext& ctx);
+
+template <typename Kernel>
+void RecordLaunch(Kernel* func, dim3 grid, dim3 block, size_t smem_bytes,
+                  ExecContext& ctx) {
+  RecordLaunch(reinterpret_cast<const void*>(func), grid, block, smem_bytes,
+               ctx);
+}
+
+inline cudaStream_t StreamOf(const ExecContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace coalesce::cuda

@@ -1,0 +1,88 @@
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/transpose_internal.h"
+
+namespace coalesce::cuda {
+namespace {
+
+// Elements per 16-byte vector, and the divisibility kVec16 needs: float32
+// rows and columns in multiples of 4; 16-bit ones in multiples of 8 (rows
+// pair up into words, and 4 words make a 16-byte store).
+int64_t Vec16Multiple(int elem_bytes) { return elem_bytes == 4 ? 4 : 8; }
+
+// Fraction of a kernel's tiles that carry data: an edge tile costs as much
+// as a full one.
+double TileUtilization(int64_t rows, int64_t cols, int64_t tr, int64_t tc) {
+  return static_cast<double>(rows * cols) /
+         static_cast<double>(CeilDiv(rows, tr) * tr * CeilDiv(cols, tc) * tc);
+}
+
+}  // namespace
+
+absl::Status TransposeSupports(TransposeKernel k, const TransposeShape& s) {
+  if (s.elem_bytes != 4 && s.elem_bytes != 2) {
+    return absl::UnimplementedError("element size must be 2 or 4 bytes");
+  }
+  switch (k) {
+    case TransposeKernel::kVec16:
+    case TransposeKernel::kVec16Tall: {
+      const int64_t m = Vec16Multiple(s.elem_bytes);
+      if (s.rows % m != 0 || s.cols % m != 0) {
+        return absl::UnimplementedError(absl::StrCat(
+            "16-byte vectors need rows and cols divisible by ", m, " for ",
+            s.elem_bytes, "-byte elements"));
+      }
+      return absl::OkStatus();
+    }
+    case TransposeKernel::kSmallDim:
+      if (std::min(s.rows, s.cols) > kSmallDimMax) {
+        return absl::UnimplementedError(
+            absl::StrCat("needs rows or cols <= ", kSmallDimMax));
+      }
+      return absl::OkStatus();
+    default:
+      return absl::OkStatus();
+  }
+}
+
+double TransposeEfficiency(TransposeKernel k, const TransposeShape& s) {
+  // Leads from the seeds and the first H200 runs (bench/results/h200):
+  // naive writes one 4-byte element per 32-byte sector; the unpadded tile
+  // serializes 32-way on the column read; the padded tile reaches about
+  // 0.8 of copy; 16-byte variants about 0.9.
+  switch (k) {
+    case TransposeKernel::kNaive:
+      return 0.2;
+    case TransposeKernel::kSmemTiled:
+      return 0.4 * TileUtilization(s.rows, s.cols, 32, 32);
+    case TransposeKernel::kSmemPadded:
+      return 0.75 * TileUtilization(s.rows, s.cols, 32, 32);
+    case TransposeKernel::kVec16:
+      return 0.9 * TileUtilization(s.rows, s.cols,
+                                   s.elem_bytes == 4 ? 64 : 128, 32);
+    case TransposeKernel::kVec16Tall:
+      return 0.88 * TileUtilization(s.rows, s.cols,
+                                    s.elem_bytes == 4 ? 128 : 256, 32);
+    case TransposeKernel::kSmallDim:
+      return 0.8;
+  }
+  return 0.1;
+}
+
+absl::Status LaunchTranspose(TransposeKernel k, const TransposeShape& s,
+                             const void* in, void* out, ExecContext& ctx) {
+  switch (k) {
+    case TransposeKernel::kVec16:
+      return LaunchTransposeVec16(s, 64, in, out, ctx);
+    case TransposeKernel::kVec16Tall:
+      return LaunchTransposeVec16(s, 128, in, out, ctx);
+    case TransposeKernel::kSmallDim:
+      return LaunchTransposeSmallDim(s, in, out, ctx);
+    default:
+      return LaunchTransposeBasic(k, s, in, out, ctx);
+  }
+}
+
+}  // namespace coalesce::cuda

@@ -1,0 +1,20 @@
+// Factories for the CUDA variants; register.cc lists them, one line each.
+#pragma once
+
+#include <memory>
+
+#include "kernels/core/variant.h"
+#include "kernels/cuda/transpose_kernels.h"
+
+namespace coalesce::cuda {
+
+// transpose.cuda.{naive,smem_tiled,smem_padded,vec16,vec16_tall,small_dim}
+std::unique_ptr<KernelVariant> MakeTransposeVariant(TransposeKernel k);
+
+// convert_layout.cuda.{naive,tiled}: any permutation.
+std::unique_ptr<KernelVariant> MakePermuteVariant(PermuteKernel k);
+// convert_layout.cuda.{vec16,small_dim}: permutations that collapse to a
+// batched 2-D transpose, run by the transpose kernel k.
+std::unique_ptr<KernelVariant> MakeLayoutTransposeVariant(TransposeKernel k);
+
+}  // namespace coalesce::cuda

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# README command 1: install what is missing, build, start coalesce-server
+# (the CUDA backend where a GPU is visible, else the CPU backend), run a
+# short demo of every op against it, then keep serving until Ctrl-C.
+#   LISTEN (default 127.0.0.1:50051), DEMO_ONLY=1 stops after the demo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+TARGETS="coalesce-server coalesce-cli" scripts/build.sh
+bin=${BUILD_DIR:-build}
+listen=${LISTEN:-127.0.0.1:50051}
+"$bin/server/coalesce-server" --listen="$listen" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+cli() { "$bin/client/coalesce" --server="$listen" "$@"; }
+for _ in $(seq 1 100); do
+  cli health >/dev/null 2>&1 && break
+  kill -0 $server 2>/dev/null || { echo "server exited"; exit 1; }
+  sleep 0.1
+done
+set -x
+cli health
+cli info
+cli transpose --shape=4096,4096 --report
+cli gemm --m=1024 --n=1024 --k=1024 --report
+cli layout --shape=8,64,56,56 --from=NCHW --to=NHWC --report
+cli layout --shape=1048576,4 --aos_fields=4 --direction=aos_to_soa --report
+cli gelu-ln --shape=4096,1024 --return_pre_norm --report
+set +x
+if [ -n "${DEMO_ONLY:-}" ]; then exit 0; fi
+echo "coalesce-server is serving on $listen; Ctrl-C to stop."
+wait $server

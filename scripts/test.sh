@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, build, run every test.
+# GPU tests (CTest label gpu) skip with a reason where no GPU is visible.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
