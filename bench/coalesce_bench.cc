@@ -33,7 +33,8 @@ ABSL_FLAG(std::string, ops, "transpose,convert_layout",
 ABSL_FLAG(std::string, dtypes, "float32,bfloat16",
           "comma-separated dtypes (float32, float16, bfloat16)");
 ABSL_FLAG(std::string, preset, "targets",
-          "shape list: 'targets' (the issue targets) or 'quick' (small)");
+          "shape list: 'targets' (the issues' GPU targets), 'quick' (small), "
+          "or 'cpu' (one large size per op, for the CPU backend)");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
 ABSL_FLAG(std::string, variants, "",
           "only variants whose name contains one of these (comma-separated)");
@@ -42,6 +43,9 @@ ABSL_FLAG(int, warmup, 5, "untimed warm-up runs");
 ABSL_FLAG(int64_t, check_max_elements, int64_t{1} << 27,
           "check correctness against the CPU reference for problems up to "
           "this many elements (0: never)");
+ABSL_FLAG(double, check_max_flops, 1e10,
+          "skip the correctness check above this many FLOPs (the float64 CPU "
+          "reference of a 4096^3 GEMM would take minutes)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 
 namespace coalesce {
@@ -70,9 +74,54 @@ Case PermuteCase(DType t, Shape shape, Perm perm, LayoutKind kind) {
   return {std::string(LayoutKindName(kind)), p};
 }
 
+Case GemmCase(DType t, int64_t b, int64_t m, int64_t n, int64_t k) {
+  GemmProblem p;
+  p.dtype = t;
+  p.batch = b;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.stride_a = b > 1 ? m * k : 0;
+  p.stride_b = b > 1 ? k * n : 0;
+  return {"gemm", p};
+}
+
+Case GeluLnCase(DType t, int64_t rows, int64_t hidden) {
+  GeluLnProblem p;
+  p.dtype = t;
+  p.rows = rows;
+  p.hidden = hidden;
+  p.has_bias = p.has_residual = p.has_gamma = p.has_beta = true;
+  return {"gelu_layer_norm", p};
+}
+
 std::vector<Case> Cases(OpKind op, DType t, const std::string& preset) {
   std::vector<Case> out;
   const bool quick = preset == "quick";
+  if (preset == "cpu") {
+    switch (op) {
+      case OpKind::kTranspose:
+        return {TransposeCase(t, 1, 4096, 4096)};
+      case OpKind::kGemm:
+        return {GemmCase(t, 1, 1024, 1024, 1024)};
+      case OpKind::kConvertLayout:
+        return {PermuteCase(t, {8, 64, 56, 56}, {0, 2, 3, 1},
+                            LayoutKind::kNchwToNhwc)};
+      case OpKind::kGeluLayerNorm:
+        return {GeluLnCase(t, 4096, 1024)};
+    }
+  }
+  if (op == OpKind::kGemm) {
+    if (quick) return {GemmCase(t, 1, 256, 256, 256)};
+    return {GemmCase(t, 1, 4096, 4096, 4096), GemmCase(t, 1, 8192, 8192, 8192),
+            GemmCase(t, 1, 1000, 1000, 1000), GemmCase(t, 8, 1024, 1024, 1024)};
+  }
+  if (op == OpKind::kGeluLayerNorm) {
+    if (quick) return {GeluLnCase(t, 128, 768)};
+    return {GeluLnCase(t, 16384, 768), GeluLnCase(t, 8192, 1024),
+            GeluLnCase(t, 32768, 2048), GeluLnCase(t, 8192, 4096),
+            GeluLnCase(t, 4096, 8192), GeluLnCase(t, 128, 768)};
+  }
   if (op == OpKind::kTranspose) {
     if (quick) {
       out.push_back(TransposeCase(t, 1, 1024, 1024));
@@ -235,7 +284,8 @@ int Main(int argc, char** argv) {
     for (int64_t b : OperandBytes(p).inputs) elements += b;
     elements /= static_cast<int64_t>(ElementSize(DTypeOf(p)));
     std::string check = "skipped";
-    if (elements <= check_max) {
+    if (elements <= check_max &&
+        Flops(p) <= absl::GetFlag(FLAGS_check_max_flops)) {
       absl::Status s = CheckVariant(backend, *j.v, p, 1000 + i);
       check = s.ok() ? "ok" : absl::StrCat("FAIL: ", s.message());
       if (!s.ok()) ++failures;
