@@ -1,0 +1,28 @@
+// Configuration of the gRPC server that BuildServer (server.h) starts, shared
+// by main (from flags), the service (for limits) and the tests. A plain
+// value; thread-safe to read.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace coalesce {
+
+struct ServerConfig {
+  // host:port to serve gRPC on; port 0 binds a free port (RunningServer says
+  // which). Empty serves only the in-process channel (tests).
+  std::string listen = "0.0.0.0:50051";
+  // Largest tensor, input or output, a request may carry or produce. Inline
+  // tensors are protobuf `bytes`, which cannot exceed 2 GiB - 1 anyway.
+  int64_t max_tensor_bytes = int64_t{1} << 30;
+  // gRPC's receive and send limit. A GEMM carries three tensors, so the
+  // default is gRPC's ceiling rather than a multiple of max_tensor_bytes.
+  int max_message_bytes = std::numeric_limits<int>::max();
+};
+
+// protobuf `bytes` fields hold at most 2^31 - 1 bytes.
+inline constexpr int64_t kMaxInlineTensorBytes =
+    std::numeric_limits<int32_t>::max();
+
+}  // namespace coalesce

@@ -1,0 +1,244 @@
+// coalesce-server: flags and wiring only. Everything it starts is built by
+// CreateBackend (kernels/backends.h) and BuildServer (server/server.h), which
+// the tests use as well.
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "kernels/backends.h"
+#include "server/server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "HOST:PORT to serve gRPC on; port 0 picks a free port (printed on "
+          "stdout)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
+          "HOST:PORT for Prometheus metrics; accepted and logged, served once "
+          "the metrics module lands");
+ABSL_FLAG(std::string, device, "auto",
+          "auto | cpu | cuda: auto uses CUDA when a device is visible, else "
+          "the CPU");
+ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{1} << 30,
+          "largest tensor (input or output) a request may carry or produce, "
+          "in bytes; at most 2147483647 (protobuf bytes limit)");
+ABSL_FLAG(int32_t, max_message_bytes, std::numeric_limits<int32_t>::max(),
+          "largest gRPC message received or sent, in bytes");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU backend threads per kernel; 0 uses every core");
+
+namespace coalesce {
+namespace {
+
+// Exit status for command-line errors (as getopt-based tools use).
+constexpr int kUsageExit = 2;
+// How long in-flight RPCs may run on after SIGINT/SIGTERM before they are
+// cancelled.
+constexpr auto kShutdownGrace = std::chrono::seconds(10);
+
+// The flags absl::ParseCommandLine answers with usage text itself; Abseil
+// 20220623 keeps them out of its flag registry.
+bool IsAbslUsageFlag(absl::string_view name) {
+  for (absl::string_view usage :
+       {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch",
+        "version", "only_check_args"}) {
+    if (name == usage) return true;
+  }
+  return false;
+}
+
+// absl::ParseCommandLine exits with status 1 on a flag it cannot parse; this
+// binary documents status 2 for usage errors, so each flag is first checked
+// with absl's own parser. Accepts --name=value, --name value, and for bool
+// flags --name and --noname; one or two leading dashes.
+bool CheckCommandLine(int argc, char** argv, std::string* error) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (!absl::ConsumePrefix(&arg, "-") || arg.empty() || arg == "-") {
+      *error = absl::StrCat("unexpected argument '", argv[i],
+                            "': coalesce-server takes only flags");
+      return false;
+    }
+    absl::ConsumePrefix(&arg, "-");
+    absl::string_view name = arg;
+    absl::string_view value;
+    const size_t eq = arg.find('=');
+    const bool has_value = eq != absl::string_view::npos;
+    if (has_value) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    if (IsAbslUsageFlag(name)) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && !has_value && absl::ConsumePrefix(&name, "no")) {
+      flag = absl::FindCommandLineFlag(name);
+      if (flag != nullptr && flag->IsOfType<bool>()) continue;
+      flag = nullptr;
+    }
+    if (flag == nullptr) {
+      *error = absl::StrCat("unknown flag '", argv[i], "' (see --help)");
+      return false;
+    }
+    if (flag->IsOfType<bool>() && !has_value) continue;
+    if (!has_value) {
+      if (i + 1 == argc) {
+        *error = absl::StrCat("flag --", name, " needs a value");
+        return false;
+      }
+      value = argv[++i];
+    }
+    // Sets the flag; ParseCommandLine then sets the same value again.
+    std::string why;
+    if (!flag->ParseFrom(value, &why)) {
+      *error = absl::StrCat("--", name, ": ", why);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether a flag's defining file is this one (for --help).
+bool IsThisFile(absl::string_view filename) {
+  return absl::EndsWith(filename, "server/main.cc");
+}
+
+bool ValidHostPort(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  return colon != absl::string_view::npos && colon > 0 &&
+         colon + 1 < address.size();
+}
+
+// The values the flags' types allow but the server does not.
+bool CheckFlagValues(std::string* error) {
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    *error =
+        absl::StrCat("--device must be auto, cpu or cuda, not '", device, "'");
+    return false;
+  }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, std::string>{"listen",
+                                            absl::GetFlag(FLAGS_listen)},
+        {"metrics_listen", absl::GetFlag(FLAGS_metrics_listen)}}) {
+    if (!ValidHostPort(value)) {
+      *error =
+          absl::StrCat("--", flag, " must be HOST:PORT, not '", value, "'");
+      return false;
+    }
+  }
+  const int64_t max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
+  if (max_tensor_bytes < 1 || max_tensor_bytes > kMaxInlineTensorBytes) {
+    *error = absl::StrCat("--max_tensor_bytes must be in [1, ",
+                          kMaxInlineTensorBytes, "], not ", max_tensor_bytes);
+    return false;
+  }
+  if (absl::GetFlag(FLAGS_max_message_bytes) < 1) {
+    *error = absl::StrCat("--max_message_bytes must be >= 1, not ",
+                          absl::GetFlag(FLAGS_max_message_bytes));
+    return false;
+  }
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    *error = absl::StrCat("--threads must be >= 0, not ",
+                          absl::GetFlag(FLAGS_threads));
+    return false;
+  }
+  return true;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves coalesce.v1.TensorOps (memory-access-optimized tensor ops) over "
+      "gRPC.\n\n"
+      "  coalesce-server [--listen=HOST:PORT] [--metrics_listen=HOST:PORT]\n"
+      "                  [--device=auto|cpu|cuda] [--max_tensor_bytes=N]\n"
+      "                  [--max_message_bytes=N] [--threads=N]\n\n"
+      "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' on\n"
+      "stdout once serving; logs go to stderr. SIGINT or SIGTERM drains and\n"
+      "exits. Exit status 2 on a command-line error, 1 when it cannot start.");
+  // --help lists the flags of files named like the binary by default; these
+  // flags live in main.cc.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = IsThisFile;
+  usage_config.contains_helpshort_flags = IsThisFile;
+  absl::SetFlagsUsageConfig(usage_config);
+  std::string error;
+  if (!CheckCommandLine(argc, argv, &error)) {
+    std::cerr << "coalesce-server: " << error << "\n";
+    return kUsageExit;
+  }
+  absl::ParseCommandLine(argc, argv);
+  if (!CheckFlagValues(&error)) {
+    std::cerr << "coalesce-server: " << error << "\n";
+    return kUsageExit;
+  }
+  // stdout carries only the listening line that scripts and tests parse.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("coalesce"));
+
+  // Block the shutdown signals before any thread exists so that every thread
+  // (gRPC's, OpenMP's) inherits the mask and only sigwait below sees them.
+  sigset_t shutdown_signals;
+  sigemptyset(&shutdown_signals);
+  sigaddset(&shutdown_signals, SIGINT);
+  sigaddset(&shutdown_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
+
+  BackendOptions backend_options;
+  backend_options.device = absl::GetFlag(FLAGS_device);
+  backend_options.threads = absl::GetFlag(FLAGS_threads);
+  absl::StatusOr<BackendChoice> choice = CreateBackend(backend_options);
+  if (!choice.ok()) {
+    spdlog::critical("cannot create a backend: {}", choice.status().ToString());
+    return 1;
+  }
+  const DeviceInfo& device = choice->backend->device();
+  const std::string backend_name(BackendName(choice->backend->kind()));
+  spdlog::info("backend {} on {} ({} {}): {}", backend_name, device.name,
+               device.multiprocessors,
+               device.backend == BackendKind::kCuda ? "SMs" : "threads",
+               choice->reason);
+
+  ServerConfig config;
+  config.listen = absl::GetFlag(FLAGS_listen);
+  config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
+  config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, choice->backend.get(), choice->reason);
+  if (!server.ok()) {
+    spdlog::critical("{}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info("metrics address {} noted; metrics are not served yet",
+               absl::GetFlag(FLAGS_metrics_listen));
+  const std::string host = config.listen.substr(0, config.listen.rfind(':'));
+  std::cout << "coalesce-server listening on " << host << ":" << (*server)->port
+            << " (backend " << backend_name << ")" << std::endl;
+
+  int signal_number = 0;
+  sigwait(&shutdown_signals, &signal_number);
+  spdlog::info("signal {}: draining for up to {} s", signal_number,
+               kShutdownGrace.count());
+  (*server)->server->Shutdown(std::chrono::system_clock::now() +
+                              kShutdownGrace);
+  return 0;
+}
+
+}  // namespace
+}  // namespace coalesce
+
+int main(int argc, char** argv) { return coalesce::Main(argc, argv); }

@@ -1,0 +1,49 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace coalesce {
+
+std::shared_ptr<grpc::Channel> RunningServer::InProcessChannel(
+    const grpc::ChannelArguments& args) {
+  return server->InProcessChannel(args);
+}
+
+absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
+    const ServerConfig& config, Backend* backend, std::string backend_reason) {
+  // Both are process-wide switches that the builder reads: they must be set
+  // before BuildAndStart.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  auto running = std::make_unique<RunningServer>();
+  running->service = std::make_unique<TensorOpsService>(
+      backend, config, std::move(backend_reason));
+  grpc::ServerBuilder builder;
+  if (!config.listen.empty()) {
+    builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
+                             &running->port);
+  }
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  builder.SetMaxSendMessageSize(config.max_message_bytes);
+  builder.RegisterService(running->service.get());
+  running->server = builder.BuildAndStart();
+  if (running->server == nullptr ||
+      (!config.listen.empty() && running->port == 0)) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve on '", config.listen,
+                     "': the address is malformed, in use or not local"));
+  }
+  running->service->AttachHealth(running->server->GetHealthCheckService());
+  return running;
+}
+
+}  // namespace coalesce

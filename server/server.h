@@ -1,0 +1,43 @@
+// BuildServer: the one way to start the gRPC server, used by main and by the
+// tests. It serves coalesce.v1.TensorOps, the standard health service
+// (grpc.health.v1, SERVING while the backend is healthy) and server
+// reflection. RunningServer is thread-compatible: build, use and destroy it
+// from one thread; the server inside serves from its own threads.
+#pragma once
+
+#include <grpcpp/channel.h>
+#include <grpcpp/server.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/core/backend.h"
+#include "server/config.h"
+#include "server/service.h"
+
+namespace coalesce {
+
+struct RunningServer {
+  // A channel to the server that bypasses the network (tests). Responses
+  // above the client's default 4 MiB need args.SetMaxReceiveMessageSize.
+  std::shared_ptr<grpc::Channel> InProcessChannel(
+      const grpc::ChannelArguments& args = grpc::ChannelArguments());
+
+  // Declared before server: members are destroyed in reverse order, and
+  // grpc::Server's destructor drains in-flight calls into the service.
+  std::unique_ptr<TensorOpsService> service;
+  std::unique_ptr<grpc::Server> server;
+  // The TCP port actually bound (config.listen may ask for port 0); 0 when
+  // config.listen is empty.
+  int port = 0;
+};
+
+// Starts a server on config.listen serving backend (not owned; it must
+// outlive the server). backend_reason is what GetServerInfo reports as the
+// reason for this backend. UNAVAILABLE when the address cannot be bound.
+absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
+    const ServerConfig& config, Backend* backend, std::string backend_reason);
+
+}  // namespace coalesce
