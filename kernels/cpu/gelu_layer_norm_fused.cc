@@ -7,7 +7,7 @@
 //
 // Elementwise arithmetic is float32, as on the GPU. The row sums and the
 // centring use double: on a CPU this costs nothing measurable next to erf,
-// and it keeps the reference backend well inside the tolerance when a row's
+// and it keeps the fallback backend well inside the tolerance when a row's
 // mean is large against its spread.
 #include <cmath>
 #include <vector>
