@@ -38,6 +38,8 @@ ABSL_FLAG(std::string, preset, "targets",
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
 ABSL_FLAG(std::string, variants, "",
           "only variants whose name contains one of these (comma-separated)");
+ABSL_FLAG(std::string, shape, "",
+          "only cases of this shape, as printed (e.g. 1,8192,8192)");
 ABSL_FLAG(int, reps, 30, "timed repetitions (median reported)");
 ABSL_FLAG(int, warmup, 5, "untimed warm-up runs");
 ABSL_FLAG(int64_t, check_max_elements, int64_t{1} << 27,
@@ -248,6 +250,10 @@ int Main(int argc, char** argv) {
   for (OpKind op : ops) {
     for (DType t : dtypes) {
       for (Case& c : Cases(op, t, absl::GetFlag(FLAGS_preset))) {
+        const std::string only = absl::GetFlag(FLAGS_shape);
+        if (!only.empty() && absl::StrJoin(ShapeOf(c.problem), ",") != only) {
+          continue;
+        }
         for (const KernelVariant* v : backend.registry().ForOp(op)) {
           if (!v->CanImplement(c.problem, dev).ok()) continue;
           bool keep = filters.empty();

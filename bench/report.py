@@ -36,8 +36,9 @@ def main():
                   f"{t['torch_copy_GBps']:.0f} GB/s (torch {t['torch']})"
                   if "torch_copy_GBps" in t else "") + ".\n")
     out.append("| case | dtype | shape | best variant | us | GB/s | x copy "
-               "peak | naive GB/s | torch GB/s | vs torch | check |")
-    out.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+               "peak | x same-size copy | naive GB/s | torch GB/s | vs torch "
+               "| check |")
+    out.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for key, rows in groups.items():
         best = min(rows, key=lambda r: r["median_us"])
         naive = [r for r in rows if r["variant"].endswith(".naive")]
@@ -48,6 +49,8 @@ def main():
             f"| {key[0]} | {key[1]} | {shape_str(key[2])} | "
             f"{best['variant']} | {best['median_us']:.1f} | "
             f"{best['GBps']:.0f} | {best['frac_copy_peak']:.3f} | "
+            + (f"{best['GBps'] / tr['same_size_copy_GBps']:.3f}"
+               if tr and "same_size_copy_GBps" in tr else "-") + " | "
             + (f"{naive[0]['GBps']:.0f}" if naive else "-") + " | "
             + (f"{tr['torch_GBps']:.0f} | {best['GBps'] / tr['torch_GBps']:.2f}"
                if tr else "- | -") + f" | {check} |")

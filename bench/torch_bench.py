@@ -96,9 +96,18 @@ def main():
         if made is None:
             continue
         ms = time_fn(made[0], made[1], args.reps)
+        # A plain copy of the same bytes: the ceiling at this size (launch
+        # and tail costs included), beside the large-copy peak.
+        numel = r["bytes"] // 2 // torch.tensor([], dtype=DTYPES[r["dtype"]]
+                                               ).element_size()
+        copy_ms = time_fn(lambda: (torch.empty(numel, device="cuda",
+                                               dtype=DTYPES[r["dtype"]]),
+                                   rand((numel,), DTYPES[r["dtype"]])),
+                          lambda y, x: y.copy_(x), args.reps)
         rows.append({"case": r["case"], "dtype": r["dtype"],
                      "shape": r["shape"], "torch_us": ms * 1e3,
-                     "torch_GBps": r["bytes"] / (ms * 1e-3) / 1e9})
+                     "torch_GBps": r["bytes"] / (ms * 1e-3) / 1e9,
+                     "same_size_copy_GBps": r["bytes"] / (copy_ms * 1e-3) / 1e9})
         torch.cuda.empty_cache()
     print(file=sys.stderr)
     json.dump({"torch": torch.__version__, "device":

@@ -13,6 +13,9 @@ namespace coalesce::cuda {
 inline absl::Status CudaStatus(cudaError_t err, const char* expr,
                                const char* file, int line) {
   if (err == cudaSuccess) return absl::OkStatus();
+  // Reset the per-thread last-error state, so a later launch check does not
+  // report this error again (sticky errors persist regardless).
+  cudaGetLastError();
   std::string msg = absl::StrCat(expr, ": ", cudaGetErrorName(err), " (",
                                  cudaGetErrorString(err), ") at ", file, ":",
                                  line);

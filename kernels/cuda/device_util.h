@@ -13,7 +13,8 @@
 namespace coalesce::cuda {
 
 // Bytes read + written per second of a 16-byte-vector device-to-device copy
-// of `bytes` (median of reps), timed with events on `stream`.
+// of `bytes`, timed with events on `stream` after a warm-up that brings the
+// clocks up: the better of two copy kernels' medians over reps.
 absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes, int reps,
                                             cudaStream_t stream);
 

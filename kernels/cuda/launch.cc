@@ -1,6 +1,49 @@
 #include "kernels/cuda/launch.h"
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 namespace coalesce::cuda {
+namespace {
+
+struct FuncFacts {
+  int registers = 0;
+  int64_t static_smem = 0;
+  int active_blocks = 0;
+  bool ok = false;
+};
+
+// The attribute and occupancy queries cost microseconds each: more than a
+// small kernel runs. Their answers never change for a (function, block
+// size, dynamic shared memory) triple, so they are computed once.
+FuncFacts FactsOf(const void* func, int threads, size_t smem_bytes) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, size_t>, FuncFacts>* cache =
+      new std::map<std::tuple<const void*, int, size_t>, FuncFacts>();
+  const auto key = std::make_tuple(func, threads, smem_bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) return it->second;
+  }
+  FuncFacts f;
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, func) == cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &f.active_blocks, func, threads, smem_bytes) == cudaSuccess) {
+    f.registers = attr.numRegs;
+    f.static_smem = static_cast<int64_t>(attr.sharedSizeBytes);
+    f.ok = true;
+  } else {
+    cudaGetLastError();  // bookkeeping must never fail a request
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  (*cache)[key] = f;
+  return f;
+}
+
+}  // namespace
 
 void RecordLaunch(const void* func, dim3 grid, dim3 block, size_t smem_bytes,
                   ExecContext& ctx) {
@@ -14,21 +57,12 @@ void RecordLaunch(const void* func, dim3 grid, dim3 block, size_t smem_bytes,
   li.block[0] = block.x;
   li.block[1] = block.y;
   li.block[2] = block.z;
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, func) != cudaSuccess) {
-    cudaGetLastError();  // clear; bookkeeping must never fail a request
-    return;
-  }
-  li.registers_per_thread = attr.numRegs;
-  li.shared_memory_bytes =
-      static_cast<int64_t>(attr.sharedSizeBytes) + static_cast<int64_t>(smem_bytes);
-  int active = 0;
   const int threads = block.x * block.y * block.z;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&active, func, threads,
-                                                    smem_bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return;
-  }
+  const FuncFacts f = FactsOf(func, threads, smem_bytes);
+  if (!f.ok) return;
+  li.registers_per_thread = f.registers;
+  li.shared_memory_bytes = f.static_smem + static_cast<int64_t>(smem_bytes);
+  const int active = f.active_blocks;
   if (ctx.device != nullptr && ctx.device->max_threads_per_multiprocessor > 0) {
     // In warps, as Nsight Compute counts it: a partial warp occupies a slot.
     const int warps_per_block = (threads + 31) / 32;

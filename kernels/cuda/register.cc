@@ -11,7 +11,7 @@ void RegisterCudaVariants(VariantRegistry& r) {
   r.Add(cuda::MakeTransposeVariant(TransposeKernel::kSmemTiled));
   r.Add(cuda::MakeTransposeVariant(TransposeKernel::kSmemPadded));
   r.Add(cuda::MakeTransposeVariant(TransposeKernel::kVec16));
-  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kVec16Tall));
+  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kVec16Wide));
   r.Add(cuda::MakeTransposeVariant(TransposeKernel::kSmallDim));
   r.Add(cuda::MakePermuteVariant(PermuteKernel::kNaive));
   r.Add(cuda::MakePermuteVariant(PermuteKernel::kTiled));

@@ -27,7 +27,7 @@ absl::Status TransposeSupports(TransposeKernel k, const TransposeShape& s) {
   }
   switch (k) {
     case TransposeKernel::kVec16:
-    case TransposeKernel::kVec16Tall: {
+    case TransposeKernel::kVec16Wide: {
       const int64_t m = Vec16Multiple(s.elem_bytes);
       if (s.rows % m != 0 || s.cols % m != 0) {
         return absl::UnimplementedError(absl::StrCat(
@@ -48,25 +48,27 @@ absl::Status TransposeSupports(TransposeKernel k, const TransposeShape& s) {
 }
 
 double TransposeEfficiency(TransposeKernel k, const TransposeShape& s) {
-  // Leads from the seeds and the first H200 runs (bench/results/h200):
-  // naive writes one 4-byte element per 32-byte sector; the unpadded tile
-  // serializes 32-way on the column read; the padded tile reaches about
-  // 0.8 of copy; 16-byte variants about 0.9.
+  // Measured on the H200 (bench/results/h200, 8192^2 and 16384^2, fraction
+  // of the copy peak): naive 0.13 fp32 / 0.07 16-bit (one element per
+  // 32-byte sector written); unpadded tile 0.45 / 0.40 (32-way conflicts);
+  // padded 0.80 / 0.42; vec16 and vec16_wide 0.86-0.90 / 0.80-0.86;
+  // small_dim 0.75-0.88 on 2^26-record AoS.
   switch (k) {
     case TransposeKernel::kNaive:
-      return 0.2;
+      return s.elem_bytes == 4 ? 0.13 : 0.07;
     case TransposeKernel::kSmemTiled:
-      return 0.4 * TileUtilization(s.rows, s.cols, 32, 32);
+      return 0.42 * TileUtilization(s.rows, s.cols, 32, 32);
     case TransposeKernel::kSmemPadded:
-      return 0.75 * TileUtilization(s.rows, s.cols, 32, 32);
+      return (s.elem_bytes == 4 ? 0.8 : 0.42) *
+             TileUtilization(s.rows, s.cols, 32, 32);
     case TransposeKernel::kVec16:
-      return 0.9 * TileUtilization(s.rows, s.cols,
-                                   s.elem_bytes == 4 ? 64 : 128, 32);
-    case TransposeKernel::kVec16Tall:
+      return 0.89 * TileUtilization(s.rows, s.cols,
+                                    s.elem_bytes == 4 ? 64 : 128, 32);
+    case TransposeKernel::kVec16Wide:
       return 0.88 * TileUtilization(s.rows, s.cols,
-                                    s.elem_bytes == 4 ? 128 : 256, 32);
+                                    s.elem_bytes == 4 ? 64 : 128, 64);
     case TransposeKernel::kSmallDim:
-      return 0.8;
+      return 0.82;
   }
   return 0.1;
 }
@@ -75,9 +77,9 @@ absl::Status LaunchTranspose(TransposeKernel k, const TransposeShape& s,
                              const void* in, void* out, ExecContext& ctx) {
   switch (k) {
     case TransposeKernel::kVec16:
+      return LaunchTransposeVec16(s, 32, in, out, ctx);
+    case TransposeKernel::kVec16Wide:
       return LaunchTransposeVec16(s, 64, in, out, ctx);
-    case TransposeKernel::kVec16Tall:
-      return LaunchTransposeVec16(s, 128, in, out, ctx);
     case TransposeKernel::kSmallDim:
       return LaunchTransposeSmallDim(s, in, out, ctx);
     default:

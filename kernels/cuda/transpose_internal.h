@@ -11,8 +11,9 @@ inline constexpr int kMaxRank = ::coalesce::kMaxRank;
 // kNaive, kSmemTiled, kSmemPadded (transpose_basic.cu).
 absl::Status LaunchTransposeBasic(TransposeKernel k, const TransposeShape& s,
                                   const void* in, void* out, ExecContext& ctx);
-// word_rows 64 or 128 (transpose_vec16.cu).
-absl::Status LaunchTransposeVec16(const TransposeShape& s, int word_rows,
+// Tiles of 64 word-rows by cols (32 or 64) input columns
+// (transpose_vec16.cu).
+absl::Status LaunchTransposeVec16(const TransposeShape& s, int cols,
                                   const void* in, void* out, ExecContext& ctx);
 // transpose_small_dim.cu.
 absl::Status LaunchTransposeSmallDim(const TransposeShape& s, const void* in,

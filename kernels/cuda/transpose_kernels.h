@@ -18,8 +18,9 @@ enum class TransposeKernel {
   kNaive,       // one thread per element: coalesced reads, strided writes
   kSmemTiled,   // 32x32 shared-memory tile, no padding (bank conflicts)
   kSmemPadded,  // 32x33 tile: conflict-free
-  kVec16,       // 16-byte loads and stores, 64 word-rows per tile
-  kVec16Tall,   // the same with 128 word-rows per tile (more bytes in flight)
+  kVec16,       // 16-byte loads and stores, 64 word-rows x 32 columns
+  kVec16Wide,   // the same with 64 columns: 128-byte row segments for
+                // 16-bit types, twice the bytes in flight
   kSmallDim,    // one side <= kSmallDimMax: both sides coalesced via a
                 // shared-memory gather, no wasted tile columns
 };

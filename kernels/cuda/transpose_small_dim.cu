@@ -21,9 +21,10 @@ namespace coalesce::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-// Elements per block chunk: 16 KB of float32, so that eight resident blocks
-// keep 128 KB per SM in flight.
-constexpr int kChunkElems = 4096;
+// Bytes per block chunk: 8 KB, so that eight resident blocks keep 64 KB per
+// SM in flight whatever the element size, while small tensors ([32,3,224,
+// 224]) still split into a few waves rather than one and a sliver.
+constexpr int kChunkBytes = 8192;
 
 struct SmallDimParams {
   int64_t rows, cols;
@@ -34,6 +35,21 @@ struct SmallDimParams {
   bool short_cols;   // true: cols = S (flat side is the input)
   int64_t chunks_per_batch;
   int64_t num_chunks;
+};
+
+// (k, j) of flat element f = j * S + k, advanced one element at a time: one
+// division per 16-byte vector instead of one per element (a division by a
+// run-time S costs about 20 instructions, which made 16-bit types
+// instruction-bound).
+struct FlatCursor {
+  int k, j;
+  __device__ FlatCursor(int f, int s) : k(f % s), j(f / s) {}
+  __device__ void Next(int s) {
+    if (++k == s) {
+      k = 0;
+      ++j;
+    }
+  }
 };
 
 template <typename T, bool kVec>
@@ -59,10 +75,10 @@ __global__ void __launch_bounds__(kThreads)
         for (int v = tid; v < n / kV; v += kThreads) {
           const uint4 x = reinterpret_cast<const uint4*>(flat)[v];
           const T* e = reinterpret_cast<const T*>(&x);
+          FlatCursor at(v * kV, p.s);
 #pragma unroll
-          for (int u = 0; u < kV; ++u) {
-            const int f = v * kV + u;
-            s[(f % p.s) * p.pitch + f / p.s] = e[u];
+          for (int u = 0; u < kV; ++u, at.Next(p.s)) {
+            s[at.k * p.pitch + at.j] = e[u];
           }
         }
       } else {
@@ -71,35 +87,46 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     } else {  // S input rows, each a run of tl elements
-      for (int k = 0; k < p.s; ++k) {
-        const T* seg = in + base + k * p.long_len + t0;
-        if (vec) {
-          for (int v = tid; v < tl / kV; v += kThreads) {
-            const uint4 x = reinterpret_cast<const uint4*>(seg)[v];
-            const T* e = reinterpret_cast<const T*>(&x);
+      // One loop over all S runs, so every thread has work even when a run
+      // is shorter than the block.
+      if (vec) {
+        const int per_run = tl / kV;
+        for (int i = tid; i < p.s * per_run; i += kThreads) {
+          const int k = i / per_run;
+          const int v = i - k * per_run;
+          const uint4 x = reinterpret_cast<const uint4*>(
+              in + base + k * p.long_len + t0)[v];
+          const T* e = reinterpret_cast<const T*>(&x);
 #pragma unroll
-            for (int u = 0; u < kV; ++u) s[k * p.pitch + v * kV + u] = e[u];
-          }
-        } else {
-          for (int j = tid; j < tl; j += kThreads) s[k * p.pitch + j] = seg[j];
+          for (int u = 0; u < kV; ++u) s[k * p.pitch + v * kV + u] = e[u];
+        }
+      } else {
+        for (int i = tid; i < p.s * tl; i += kThreads) {
+          const int k = i / tl;
+          const int j = i - k * tl;
+          s[k * p.pitch + j] = in[base + k * p.long_len + t0 + j];
         }
       }
     }
     __syncthreads();
     // Phase 2: shared -> global.
     if (p.short_cols) {  // S output rows, each a run of tl elements
-      for (int k = 0; k < p.s; ++k) {
-        T* seg = out + base + k * p.long_len + t0;
-        if (vec) {
-          for (int v = tid; v < tl / kV; v += kThreads) {
-            uint4 x;
-            T* e = reinterpret_cast<T*>(&x);
+      if (vec) {
+        const int per_run = tl / kV;
+        for (int i = tid; i < p.s * per_run; i += kThreads) {
+          const int k = i / per_run;
+          const int v = i - k * per_run;
+          uint4 x;
+          T* e = reinterpret_cast<T*>(&x);
 #pragma unroll
-            for (int u = 0; u < kV; ++u) e[u] = s[k * p.pitch + v * kV + u];
-            reinterpret_cast<uint4*>(seg)[v] = x;
-          }
-        } else {
-          for (int j = tid; j < tl; j += kThreads) seg[j] = s[k * p.pitch + j];
+          for (int u = 0; u < kV; ++u) e[u] = s[k * p.pitch + v * kV + u];
+          reinterpret_cast<uint4*>(out + base + k * p.long_len + t0)[v] = x;
+        }
+      } else {
+        for (int i = tid; i < p.s * tl; i += kThreads) {
+          const int k = i / tl;
+          const int j = i - k * tl;
+          out[base + k * p.long_len + t0 + j] = s[k * p.pitch + j];
         }
       }
     } else {  // flat output run
@@ -108,10 +135,10 @@ __global__ void __launch_bounds__(kThreads)
         for (int v = tid; v < n / kV; v += kThreads) {
           uint4 x;
           T* e = reinterpret_cast<T*>(&x);
+          FlatCursor at(v * kV, p.s);
 #pragma unroll
-          for (int u = 0; u < kV; ++u) {
-            const int f = v * kV + u;
-            e[u] = s[(f % p.s) * p.pitch + f / p.s];
+          for (int u = 0; u < kV; ++u, at.Next(p.s)) {
+            e[u] = s[at.k * p.pitch + at.j];
           }
           reinterpret_cast<uint4*>(flat)[v] = x;
         }
@@ -135,8 +162,9 @@ absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
   p.s = static_cast<int>(p.short_cols ? sh.cols : sh.rows);
   p.long_len = p.short_cols ? sh.rows : sh.cols;
   // T: a multiple of 32 (keeps 16-byte alignment of every chunk), about
-  // kChunkElems / S.
-  p.t_len = std::max(32, (kChunkElems / p.s) / 32 * 32);
+  // kChunkBytes / (S * sizeof(T)).
+  p.t_len = std::max(
+      32, (kChunkBytes / static_cast<int>(sizeof(T)) / p.s) / 32 * 32);
   const int want = (32 + p.s - 1) / p.s % 32;  // pitch mod 32
   p.pitch = p.t_len + want;
   p.chunks_per_batch = CeilDiv(p.long_len, p.t_len);

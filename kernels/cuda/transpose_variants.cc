@@ -27,10 +27,10 @@ KernelDoc DocOf(TransposeKernel k) {
       return {"vec16",
               "16-byte loads and stores, 16-bit types paired into words, "
               "64-word-row conflict-free tile"};
-    case TransposeKernel::kVec16Tall:
-      return {"vec16_tall",
-              "vec16 with 128 word-rows per tile: twice the bytes in flight "
-              "per thread"};
+    case TransposeKernel::kVec16Wide:
+      return {"vec16_wide",
+              "vec16 with 64-column tiles: 128-byte row segments for 16-bit "
+              "types, twice the bytes in flight per thread"};
     case TransposeKernel::kSmallDim:
       return {"small_dim",
               "one side <= 16: a contiguous run on one side, short runs on "

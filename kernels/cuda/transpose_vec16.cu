@@ -1,6 +1,6 @@
 // Transpose past the seeds: 16-byte global loads and stores on both sides.
 //
-// The tile is held as 32-bit words, W[word_rows][32 + 1]:
+// The tile is held as 32-bit words, W[kWordRows][kCols + 1]:
 // - float32: a word is one element; a thread loads 4 consecutive columns of
 //   one row (16 bytes).
 // - 16-bit types: a word is a 2x2 pair, (row 2p, col c) in the low half and
@@ -9,11 +9,13 @@
 //   loads) and pairs them with __byte_perm, so 16-bit types also move 16
 //   bytes per access and the shared-memory transpose is a word transpose.
 // The write phase gathers 4 words down a tile column into a uint4 and stores
-// 16 bytes. Lanes are laid out 8 along the output row and 4 across output
-// rows, so with a pitch of 33 words both the scattered shared stores of the
-// load phase and the column gathers of the write phase hit 32 distinct banks
-// (bank = row + col mod 32). Edge tiles fall back to a bounds-checked
-// element path (block-uniform branch).
+// 16 bytes. Each warp loads a 32-column slab of 4 rows (float32) or 8 row
+// pairs (16-bit) and writes 4 output rows x 32 words, so with a pitch of
+// kCols + 1 words both the scattered shared stores of the load phase and the
+// column gathers of the write phase hit 32 distinct banks (bank = row + col
+// mod 32). Edge tiles run the same code with per-vector predicates: the
+// divisibility TransposeSupports demands makes every vector wholly inside
+// or wholly outside the matrix.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,7 +28,6 @@ namespace coalesce::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kCols = 32;  // input columns (= output rows) per tile
 
 template <int kElemBytes>
 struct Elem;
@@ -39,19 +40,26 @@ struct Elem<2> {
   using T = uint16_t;
 };
 
-template <int kElemBytes, int kWordRows>
+template <int kElemBytes, int kWordRows, int kCols>
 __global__ void __launch_bounds__(kThreads)
     TransposeVec16Kernel(const void* __restrict__ in_v, void* __restrict__ out_v,
                          int64_t rows, int64_t cols, int64_t tiles_r,
                          int64_t tiles_c, int64_t num_tiles) {
   using T = typename Elem<kElemBytes>::T;
   constexpr int kElemRows = kElemBytes == 4 ? kWordRows : 2 * kWordRows;
+  constexpr int kSlabs = kCols / 32;
+  constexpr int kWarpsPerSlab = (kThreads / 32) / kSlabs;
+  // Word-rows one warp loads per pass: 4 float32 rows or 8 16-bit row pairs.
+  constexpr int kWarpWordRows = kElemBytes == 4 ? 4 : 8;
+  constexpr int kLoadPasses = kWordRows / (kWarpsPerSlab * kWarpWordRows);
+  static_assert(kLoadPasses >= 1, "tile too short for the block");
   __shared__ uint32_t w[kWordRows][kCols + 1];
   const T* __restrict__ in = static_cast<const T*>(in_v);
   T* __restrict__ out = static_cast<T*>(out_v);
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int slab = warp % kSlabs;
+  const int wgrp = warp / kSlabs;
   const int64_t row_words = kElemBytes == 4 ? rows : rows / 2;
 
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
@@ -63,68 +71,64 @@ __global__ void __launch_bounds__(kThreads)
     const T* src = in + b * rows * cols;
     T* dst = out + b * rows * cols;
 
-    if (r0 + kElemRows > rows || c0 + kCols > cols) {
-      // Edge tile: element by element, bounds-checked.
-      for (int i = tid; i < kElemRows * kCols; i += kThreads) {
-        const int64_t r = r0 + i / kCols;
-        const int64_t c = c0 + i % kCols;
-        if (r < rows && c < cols) dst[c * rows + r] = src[r * cols + c];
-      }
-      continue;
-    }
-
-    if constexpr (kElemBytes == 4) {
 #pragma unroll
-      for (int pass = 0; pass < kWordRows / 32; ++pass) {
-        const int row = pass * 32 + tid / 8;
-        const int q = tid % 8;
-        const uint4 v = *reinterpret_cast<const uint4*>(
-            src + (r0 + row) * cols + c0 + 4 * q);
-        w[row][4 * q + 0] = v.x;
-        w[row][4 * q + 1] = v.y;
-        w[row][4 * q + 2] = v.z;
-        w[row][4 * q + 3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int pass = 0; pass < kWordRows / 64; ++pass) {
-        const int p = pass * 64 + tid / 4;
-        const int q = tid % 4;
-        const T* row0 = src + (r0 + 2 * p) * cols + c0 + 8 * q;
-        const uint4 a = *reinterpret_cast<const uint4*>(row0);
-        const uint4 c = *reinterpret_cast<const uint4*>(row0 + cols);
-        w[p][8 * q + 0] = __byte_perm(a.x, c.x, 0x5410);
-        w[p][8 * q + 1] = __byte_perm(a.x, c.x, 0x7632);
-        w[p][8 * q + 2] = __byte_perm(a.y, c.y, 0x5410);
-        w[p][8 * q + 3] = __byte_perm(a.y, c.y, 0x7632);
-        w[p][8 * q + 4] = __byte_perm(a.z, c.z, 0x5410);
-        w[p][8 * q + 5] = __byte_perm(a.z, c.z, 0x7632);
-        w[p][8 * q + 6] = __byte_perm(a.w, c.w, 0x5410);
-        w[p][8 * q + 7] = __byte_perm(a.w, c.w, 0x7632);
+    for (int pass = 0; pass < kLoadPasses; ++pass) {
+      if constexpr (kElemBytes == 4) {
+        const int row =
+            (pass * kWarpsPerSlab + wgrp) * kWarpWordRows + lane / 8;
+        const int col = slab * 32 + 4 * (lane % 8);
+        if (r0 + row < rows && c0 + col < cols) {
+          const uint4 v =
+              *reinterpret_cast<const uint4*>(src + (r0 + row) * cols + c0 + col);
+          w[row][col + 0] = v.x;
+          w[row][col + 1] = v.y;
+          w[row][col + 2] = v.z;
+          w[row][col + 3] = v.w;
+        }
+      } else {
+        const int p = (pass * kWarpsPerSlab + wgrp) * kWarpWordRows + lane / 4;
+        const int col = slab * 32 + 8 * (lane % 4);
+        if (r0 + 2 * p < rows && c0 + col < cols) {
+          const T* row0 = src + (r0 + 2 * p) * cols + c0 + col;
+          const uint4 a = *reinterpret_cast<const uint4*>(row0);
+          const uint4 c = *reinterpret_cast<const uint4*>(row0 + cols);
+          w[p][col + 0] = __byte_perm(a.x, c.x, 0x5410);
+          w[p][col + 1] = __byte_perm(a.x, c.x, 0x7632);
+          w[p][col + 2] = __byte_perm(a.y, c.y, 0x5410);
+          w[p][col + 3] = __byte_perm(a.y, c.y, 0x7632);
+          w[p][col + 4] = __byte_perm(a.z, c.z, 0x5410);
+          w[p][col + 5] = __byte_perm(a.z, c.z, 0x7632);
+          w[p][col + 6] = __byte_perm(a.w, c.w, 0x5410);
+          w[p][col + 7] = __byte_perm(a.w, c.w, 0x7632);
+        }
       }
     }
     __syncthreads();
 
-    const int cc = warp * 4 + lane / 8;  // tile column = output row
-    const int k = lane % 8;
     uint32_t* dst_words = reinterpret_cast<uint32_t*>(dst);
     const int64_t r0_words = kElemBytes == 4 ? r0 : r0 / 2;
 #pragma unroll
-    for (int pass = 0; pass < kWordRows / 32; ++pass) {
-      const int p = pass * 32 + 4 * k;
-      uint4 v;
-      v.x = w[p + 0][cc];
-      v.y = w[p + 1][cc];
-      v.z = w[p + 2][cc];
-      v.w = w[p + 3][cc];
-      *reinterpret_cast<uint4*>(dst_words + (c0 + cc) * row_words + r0_words +
-                                p) = v;
+    for (int cpass = 0; cpass < kSlabs; ++cpass) {
+      const int cc = cpass * 32 + warp * 4 + lane / 8;  // output row in tile
+#pragma unroll
+      for (int ppass = 0; ppass < kWordRows / 32; ++ppass) {
+        const int p = ppass * 32 + 4 * (lane % 8);
+        if (c0 + cc < cols && r0_words + p < row_words) {
+          uint4 v;
+          v.x = w[p + 0][cc];
+          v.y = w[p + 1][cc];
+          v.z = w[p + 2][cc];
+          v.w = w[p + 3][cc];
+          *reinterpret_cast<uint4*>(dst_words + (c0 + cc) * row_words +
+                                    r0_words + p) = v;
+        }
+      }
     }
     __syncthreads();
   }
 }
 
-template <int kElemBytes, int kWordRows>
+template <int kElemBytes, int kWordRows, int kCols>
 absl::Status LaunchVec16Typed(const TransposeShape& s, const void* in,
                               void* out, ExecContext& ctx) {
   constexpr int kElemRows = kElemBytes == 4 ? kWordRows : 2 * kWordRows;
@@ -134,7 +138,7 @@ absl::Status LaunchVec16Typed(const TransposeShape& s, const void* in,
   const dim3 block(kThreads);
   const dim3 grid(static_cast<unsigned>(
       std::max<int64_t>(1, std::min<int64_t>(num_tiles, 0x7fffffff))));
-  auto* kernel = TransposeVec16Kernel<kElemBytes, kWordRows>;
+  auto* kernel = TransposeVec16Kernel<kElemBytes, kWordRows, kCols>;
   kernel<<<grid, block, 0, StreamOf(ctx)>>>(in, out, s.rows, s.cols, tiles_r,
                                             tiles_c, num_tiles);
   RecordLaunch(kernel, grid, block, 0, ctx);
@@ -144,14 +148,14 @@ absl::Status LaunchVec16Typed(const TransposeShape& s, const void* in,
 
 }  // namespace
 
-absl::Status LaunchTransposeVec16(const TransposeShape& s, int word_rows,
+absl::Status LaunchTransposeVec16(const TransposeShape& s, int cols,
                                   const void* in, void* out, ExecContext& ctx) {
   if (s.elem_bytes == 4) {
-    return word_rows == 128 ? LaunchVec16Typed<4, 128>(s, in, out, ctx)
-                            : LaunchVec16Typed<4, 64>(s, in, out, ctx);
+    return cols == 64 ? LaunchVec16Typed<4, 64, 64>(s, in, out, ctx)
+                      : LaunchVec16Typed<4, 64, 32>(s, in, out, ctx);
   }
-  return word_rows == 128 ? LaunchVec16Typed<2, 128>(s, in, out, ctx)
-                          : LaunchVec16Typed<2, 64>(s, in, out, ctx);
+  return cols == 64 ? LaunchVec16Typed<2, 64, 64>(s, in, out, ctx)
+                    : LaunchVec16Typed<2, 64, 32>(s, in, out, ctx);
 }
 
 }  // namespace coalesce::cuda
