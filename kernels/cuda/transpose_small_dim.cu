@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
           T* e = reinterpret_cast<T*>(&x);
 #pragma unroll
           for (int u = 0; u < kV; ++u) e[u] = s[k * p.pitch + v * kV + u];
-          reinterpret_cast<uint4*>(out + base + k * p.long_len + t0)[v] = x;
+          __stwb(reinterpret_cast<uint4*>(out + base + k * p.long_len + t0) + v, x);
         }
       } else {
         for (int i = tid; i < p.s * tl; i += kThreads) {
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads)
           for (int u = 0; u < kV; ++u, at.Next(p.s)) {
             e[u] = s[at.k * p.pitch + at.j];
           }
-          reinterpret_cast<uint4*>(flat)[v] = x;
+          __stwb(reinterpret_cast<uint4*>(flat) + v, x);
         }
       } else {
         for (int f = tid; f < n; f += kThreads) {
