@@ -5,6 +5,9 @@
 #   LISTEN (default 127.0.0.1:50051), DEMO_ONLY=1 stops after the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# OpenMP workers sleep when idle instead of spinning: the server and the
+# tests share the cores with other work.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 scripts/install-deps.sh
 TARGETS="coalesce-server coalesce-cli" scripts/build.sh
 bin=${BUILD_DIR:-build}

@@ -59,6 +59,11 @@ INSTANTIATE_TEST_SUITE_P(AllCpuVariants, CpuConformanceTest,
                                "_", DTypeName(std::get<1>(info.param)));
                          });
 
+// Every bandwidth fraction the CPU backend reports divides by this.
+TEST(CpuConformance, CopyPeakIsMeasured) {
+  EXPECT_GT(CpuBackend().device().measured_copy_bandwidth, 1e8);
+}
+
 TEST(CpuConformance, EveryOpHasACpuVariant) {
   for (OpKind op : kAllOps) {
     EXPECT_FALSE(CpuBackend().registry().ForOp(op).empty()) << OpName(op);
