@@ -272,9 +272,9 @@ int Main(int argc, char** argv) {
   const int64_t check_max = absl::GetFlag(FLAGS_check_max_elements);
   std::vector<std::string> json_rows;
   std::string table = absl::StrFormat(
-      "%-15s %-8s %-24s %-34s %10s %9s %6s %5s %5s %7s %s\n", "op", "dtype",
-      "shape", "variant", "us", "GB/s", "xpeak", "occ", "regs", "smem",
-      "check");
+      "%-15s %-8s %-24s %-34s %10s %9s %6s %9s %5s %5s %7s %s\n", "op",
+      "dtype", "shape", "variant", "us", "GB/s", "xpeak", "GFLOP/s", "occ",
+      "regs", "smem", "check");
   int failures = 0;
   const absl::Time start = absl::Now();
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -308,9 +308,11 @@ int Main(int argc, char** argv) {
     const double frac = peak > 0 ? bytes / r->median_seconds / peak : 0;
     const double flops = Flops(p);
     absl::StrAppendFormat(
-        &table, "%-15s %-8s %-24s %-34s %10.2f %9.1f %6.3f %5.2f %5d %7d %s\n",
+        &table,
+        "%-15s %-8s %-24s %-34s %10.2f %9.1f %6.3f %9.1f %5.2f %5d %7d %s\n",
         j.c.label, DTypeName(DTypeOf(p)), shape, j.v->name(),
-        r->median_seconds * 1e6, gbps, frac, r->launch.theoretical_occupancy,
+        r->median_seconds * 1e6, gbps, frac, flops / r->median_seconds / 1e9,
+        r->launch.theoretical_occupancy,
         r->launch.registers_per_thread,
         static_cast<int>(r->launch.shared_memory_bytes),
         check.size() > 40 ? check.substr(0, 40) : check);
