@@ -1,0 +1,36 @@
+// The selection key: what a variant choice depends on, and nothing else, so
+// that one tuning result serves every request that would choose alike. The
+// shape is reduced per op (log2 buckets of the sizes that set the cost, and
+// the alignment classes that decide which variants are eligible), joined
+// with the device's name and compute capability and a version of the
+// variant set. Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "kernels/core/device_info.h"
+#include "kernels/core/problem.h"
+#include "kernels/core/registry.h"
+
+namespace coalesce {
+
+// The op and shape part, e.g. "transpose|float32|b0|r13|c13|a8.8".
+std::string ShapeKey(const Problem& p);
+
+// "NVIDIA H200|9.0": a table measured on one device serves any device of
+// the same name.
+std::string DeviceKey(const DeviceInfo& d);
+
+// A short hash of every registered variant name: adding, removing or
+// renaming a variant invalidates tuned choices.
+std::string VariantSetVersion(const VariantRegistry& r);
+
+// ShapeKey|DeviceKey|VariantSetVersion.
+std::string SelectionKey(const Problem& p, const DeviceInfo& d,
+                         absl::string_view variant_set_version);
+
+// ceil(log2(x)) for x >= 1: the bucket of a size.
+int Log2Bucket(int64_t x);
+
+}  // namespace coalesce

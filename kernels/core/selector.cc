@@ -1,0 +1,265 @@
+#include "kernels/core/selector.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/core/selection_key.h"
+
+namespace coalesce {
+namespace {
+
+// Tuning runs: enough to rank variants (differences under ~5% are noise at
+// this count and do not matter for the 10%-of-best quality bar).
+constexpr int kTuneWarmup = 1;
+constexpr int kTuneReps = 5;
+
+std::string MicroSeconds(double s) {
+  return absl::StrFormat("%.3g us", s * 1e6);
+}
+
+}  // namespace
+
+bool ParseAutotuneMode(absl::string_view s, AutotuneMode* out) {
+  if (s == "off") {
+    *out = AutotuneMode::kOff;
+  } else if (s == "on_miss") {
+    *out = AutotuneMode::kOnMiss;
+  } else if (s == "eager") {
+    *out = AutotuneMode::kEager;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+Selector::Selector(Backend* backend, SelectorOptions options)
+    : backend_(backend),
+      opts_(std::move(options)),
+      variant_set_(VariantSetVersion(backend->registry())),
+      cache_({opts_.build_id, DeviceKey(backend->device()), variant_set_}),
+      table_({"any", DeviceKey(backend->device()), variant_set_}) {
+  if (opts_.autotune == AutotuneMode::kOnMiss) {
+    tuner_ = std::thread([this] { TunerLoop(); });
+  }
+}
+
+Selector::~Selector() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (tuner_.joinable()) tuner_.join();
+}
+
+void Selector::Init(std::vector<std::string>* warnings) {
+  if (!opts_.table_path.empty()) {
+    absl::Status s = table_.Load(opts_.table_path);
+    if (!s.ok()) {
+      warnings->push_back(absl::StrCat("tuning table ignored: ", s.message()));
+    }
+  }
+  if (!opts_.cache_path.empty()) {
+    absl::Status s = cache_.Load(opts_.cache_path);
+    if (!s.ok()) {
+      warnings->push_back(absl::StrCat("tuning cache ignored: ", s.message()));
+    }
+  }
+}
+
+std::string Selector::KeyOf(const Problem& p) const {
+  return SelectionKey(p, backend_->device(), variant_set_);
+}
+
+std::shared_ptr<const TunedChoice> Selector::Lookup(
+    const std::string& key, const Problem& p, const TuningStore& store,
+    const KernelVariant** v) const {
+  std::shared_ptr<const TunedChoice> c = store.Lookup(key);
+  if (c == nullptr) return nullptr;
+  const KernelVariant* found = backend_->registry().Find(c->winner);
+  if (found == nullptr || !found->CanImplement(p, backend_->device()).ok()) {
+    return nullptr;
+  }
+  *v = found;
+  return c;
+}
+
+absl::StatusOr<Selection> Selector::Select(const Problem& p,
+                                           absl::string_view forced) {
+  if (!forced.empty()) {
+    return SelectVariant(backend_->registry(), p, backend_->device(), forced);
+  }
+  const std::string key = KeyOf(p);
+  const KernelVariant* v = nullptr;
+  if (auto c = Lookup(key, p, cache_, &v)) {
+    return Selection{
+        v, "cache",
+        absl::StrCat("tuned on this device: ", MicroSeconds(c->seconds),
+                     ", fastest of ", c->measured.size())};
+  }
+  if (auto c = Lookup(key, p, table_, &v)) {
+    return Selection{v, "table",
+                     absl::StrCat("shipped table for ", backend_->device().name,
+                                  ": ", MicroSeconds(c->seconds),
+                                  ", fastest of ", c->measured.size())};
+  }
+  absl::StatusOr<Selection> h =
+      SelectVariant(backend_->registry(), p, backend_->device(), "");
+  if (!h.ok() || opts_.autotune == AutotuneMode::kOff) return h;
+  if (!BeginTuning(key)) {
+    h->reason += " (this shape is being tuned)";
+    return h;
+  }
+  if (opts_.autotune == AutotuneMode::kOnMiss) {
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.push_back(p);
+    }
+    h->reason += " (tuning queued)";
+    return h;
+  }
+  absl::StatusOr<TunedChoice> tuned = Tune(p);
+  EndTuning(key);
+  if (tuned.ok() && Lookup(key, p, cache_, &v) != nullptr) {
+    return Selection{v, "cache",
+                     absl::StrCat("tuned now: ", MicroSeconds(tuned->seconds),
+                                  ", fastest of ", tuned->measured.size())};
+  }
+  return h;
+}
+
+bool Selector::BeginTuning(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  return in_flight_.insert(key).second;
+}
+
+void Selector::EndTuning(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  in_flight_.erase(key);
+}
+
+void Selector::TunerLoop() {
+  for (;;) {
+    Problem p;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Selector* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return s->stop_ || !s->queue_.empty();
+          },
+          this));
+      if (stop_) return;
+      p = queue_.front();
+      queue_.pop_front();
+    }
+    // Errors leave the key untuned; the next miss queues it again.
+    (void)Tune(p);
+    EndTuning(KeyOf(p));
+  }
+}
+
+absl::StatusOr<TunedChoice> Selector::Tune(const Problem& p) {
+  const DeviceInfo& dev = backend_->device();
+  std::vector<std::pair<double, const KernelVariant*>> order;
+  for (const KernelVariant* v : backend_->registry().ForOp(OpOf(p))) {
+    if (v->backend() == dev.backend && v->CanImplement(p, dev).ok()) {
+      order.emplace_back(v->EstimateSeconds(p, dev), v);
+    }
+  }
+  if (order.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat("no variant supports ", Describe(p)));
+  }
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  BenchmarkOptions bo;
+  bo.warmup = kTuneWarmup;
+  bo.reps = kTuneReps;
+  bo.min_footprint_bytes = 0;  // one buffer set: ranking, not absolute figures
+  TunedChoice c;
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& [estimate, v] : order) {
+    const double spent =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (!c.measured.empty() && spent > opts_.budget_seconds) break;
+    absl::StatusOr<BenchmarkResult> r = backend_->Benchmark(*v, p, bo);
+    if (r.ok())
+      c.measured.emplace_back(std::string(v->name()), r->median_seconds);
+  }
+  const double spent =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  {
+    absl::MutexLock lock(&mu_);
+    ++tunings_;
+    tuning_seconds_ += spent;
+  }
+  if (c.measured.empty()) {
+    return absl::InternalError(
+        absl::StrCat("no variant could be timed for ", Describe(p)));
+  }
+  std::sort(c.measured.begin(), c.measured.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  c.winner = c.measured.front().first;
+  c.seconds = c.measured.front().second;
+  cache_.Put(KeyOf(p), c);
+  if (!opts_.cache_path.empty()) {
+    absl::MutexLock lock(&save_mu_);
+    // A failed write costs only persistence; the in-memory choice stands.
+    (void)cache_.Save(opts_.cache_path);
+  }
+  return c;
+}
+
+Explanation Selector::Explain(const Problem& p) {
+  Explanation e;
+  e.key = KeyOf(p);
+  const DeviceInfo& dev = backend_->device();
+  std::shared_ptr<const TunedChoice> cached = cache_.Lookup(e.key);
+  std::shared_ptr<const TunedChoice> tabled = table_.Lookup(e.key);
+  for (const KernelVariant* v : backend_->registry().ForOp(OpOf(p))) {
+    if (v->backend() != dev.backend) continue;
+    Candidate c;
+    c.variant = std::string(v->name());
+    absl::Status ok = v->CanImplement(p, dev);
+    c.eligible = ok.ok();
+    if (!ok.ok()) c.why_not = std::string(ok.message());
+    c.estimate_seconds = v->EstimateSeconds(p, dev);
+    for (const auto& store : {cached, tabled}) {
+      if (store == nullptr || c.measured_seconds >= 0) continue;
+      for (const auto& [name, s] : store->measured) {
+        if (name == c.variant) c.measured_seconds = s;
+      }
+    }
+    e.candidates.push_back(std::move(c));
+  }
+  // What Select would answer, without starting a tuning.
+  const KernelVariant* v = nullptr;
+  if (auto c = Lookup(e.key, p, cache_, &v)) {
+    e.chosen = {
+        v, "cache",
+        absl::StrCat("tuned on this device: ", MicroSeconds(c->seconds))};
+  } else if (auto t = Lookup(e.key, p, table_, &v)) {
+    e.chosen = {v, "table",
+                absl::StrCat("shipped table: ", MicroSeconds(t->seconds))};
+  } else {
+    absl::StatusOr<Selection> h =
+        SelectVariant(backend_->registry(), p, dev, "");
+    if (h.ok()) e.chosen = *h;
+  }
+  return e;
+}
+
+int64_t Selector::tunings() const {
+  absl::MutexLock lock(&mu_);
+  return tunings_;
+}
+
+double Selector::tuning_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return tuning_seconds_;
+}
+
+}  // namespace coalesce

@@ -1,0 +1,70 @@
+// Tuned variant choices by selection key: the server's tuning cache (filled
+// by online autotuning, persisted with --tuning_cache) and the shipped table
+// (measured on a device by `coalesce tune`, loaded read-only). One file
+// format for both:
+//
+//   coalesce-tuning 1
+//   build <git sha, or "any" for a shipped table>
+//   device <DeviceKey>
+//   variants <VariantSetVersion>
+//   entry <key> TAB <winner> TAB <seconds> TAB <name>=<seconds>,...
+//
+// A file whose header does not match this build (cache only), device or
+// variant set is foreign and is ignored whole; so is one with a malformed
+// line. Lookups are lock-shared and allocation-free (entries are immutable
+// and shared); thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace coalesce {
+
+struct TunedChoice {
+  std::string winner;
+  double seconds = 0;
+  // Every variant timed for this key, fastest first.
+  std::vector<std::pair<std::string, double>> measured;
+};
+
+struct TuningIdentity {
+  std::string build;  // "any": valid for every build (shipped tables)
+  std::string device;
+  std::string variant_set;
+};
+
+class TuningStore {
+ public:
+  explicit TuningStore(TuningIdentity id) : id_(std::move(id)) {}
+
+  std::shared_ptr<const TunedChoice> Lookup(const std::string& key) const;
+  void Put(const std::string& key, TunedChoice choice);
+  size_t size() const;
+  const TuningIdentity& identity() const { return id_; }
+
+  // The file's text, and its parse: Parse leaves the store unchanged and
+  // returns FAILED_PRECONDITION for a foreign header, INVALID_ARGUMENT for
+  // a malformed file.
+  std::string Serialize() const;
+  absl::Status Parse(absl::string_view text);
+
+  // A missing file loads as empty. Save writes PATH.tmp and renames it over
+  // PATH, so a reader never sees a half-written file.
+  absl::Status Load(const std::string& path);
+  absl::Status Save(const std::string& path) const;
+
+ private:
+  TuningIdentity id_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<const TunedChoice>> entries_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace coalesce
