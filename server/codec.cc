@@ -88,14 +88,24 @@ struct InputTensor {
   const void* data = nullptr;
 };
 
+// How much of a tensor to check: shape_only (ExplainSelection) accepts a
+// tensor without data, since only its dtype and shape matter there.
+struct TensorChecks {
+  int64_t max_tensor_bytes;
+  bool shape_only;
+};
+
 // Checks one input: inline data, dtype, rank in [min_rank, max_rank], every
 // dim >= 1, size without overflow and within max_tensor_bytes, and raw bytes
 // matching the shape.
+
 absl::StatusOr<InputTensor> DecodeInput(const v1::Tensor& t,
                                         absl::string_view field, int min_rank,
-                                        int max_rank,
-                                        int64_t max_tensor_bytes) {
-  switch (t.data_case()) {
+                                        int max_rank, const TensorChecks& o) {
+  const int64_t max_tensor_bytes = o.max_tensor_bytes;
+  const bool no_data =
+      o.shape_only && t.data_case() == v1::Tensor::DATA_NOT_SET;
+  switch (no_data ? v1::Tensor::kRaw : t.data_case()) {
     case v1::Tensor::kRaw:
       break;
     case v1::Tensor::kHandle:
@@ -131,6 +141,7 @@ absl::StatusOr<InputTensor> DecodeInput(const v1::Tensor& t,
   COALESCE_ASSIGN_OR_RETURN(
       const int64_t bytes,
       CheckedTensorBytes(field, in.dtype, in.shape, max_tensor_bytes));
+  if (no_data) return in;
   if (static_cast<int64_t>(t.raw().size()) != bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".raw: has ", t.raw().size(), " bytes, but ",
@@ -278,14 +289,14 @@ absl::StatusOr<Perm> DecodeAosSoa(const v1::AosSoa& aos_soa,
 absl::StatusOr<const void*> DecodeHiddenVector(const v1::Tensor& t,
                                                absl::string_view field,
                                                DType dtype, int64_t hidden,
-                                               int64_t max_tensor_bytes) {
+                                               const TensorChecks& o) {
   if (t.shape_size() != 1 || t.shape(0) != hidden) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".shape: must be [", hidden,
         "] to match x's last dimension, got ", ShapeString(t.shape())));
   }
   COALESCE_ASSIGN_OR_RETURN(const InputTensor v,
-                            DecodeInput(t, field, 1, 1, max_tensor_bytes));
+                            DecodeInput(t, field, 1, 1, o));
   COALESCE_RETURN_IF_ERROR(CheckSameDType(v, field, dtype, "x"));
   return v.data;
 }
@@ -305,11 +316,12 @@ v1::DataType ToProto(DType t) {
 }
 
 absl::StatusOr<DecodedRequest> DecodeTranspose(
-    const v1::TransposeRequest& request, int64_t max_tensor_bytes) {
+    const v1::TransposeRequest& request, int64_t max_tensor_bytes,
+    bool shape_only) {
+  const TensorChecks o{max_tensor_bytes, shape_only};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_input(), "input"));
-  COALESCE_ASSIGN_OR_RETURN(
-      InputTensor in,
-      DecodeInput(request.input(), "input", 2, 3, max_tensor_bytes));
+  COALESCE_ASSIGN_OR_RETURN(InputTensor in,
+                            DecodeInput(request.input(), "input", 2, 3, o));
   const int rank = static_cast<int>(in.shape.size());
   TransposeProblem p;
   p.dtype = in.dtype;
@@ -329,15 +341,15 @@ absl::StatusOr<DecodedRequest> DecodeTranspose(
 }
 
 absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
-                                          int64_t max_tensor_bytes) {
+                                          int64_t max_tensor_bytes,
+                                          bool shape_only) {
+  const TensorChecks o{max_tensor_bytes, shape_only};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_a(), "a"));
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_b(), "b"));
-  COALESCE_ASSIGN_OR_RETURN(
-      const InputTensor a,
-      DecodeInput(request.a(), "a", 2, 3, max_tensor_bytes));
-  COALESCE_ASSIGN_OR_RETURN(
-      const InputTensor b,
-      DecodeInput(request.b(), "b", 2, 3, max_tensor_bytes));
+  COALESCE_ASSIGN_OR_RETURN(const InputTensor a,
+                            DecodeInput(request.a(), "a", 2, 3, o));
+  COALESCE_ASSIGN_OR_RETURN(const InputTensor b,
+                            DecodeInput(request.b(), "b", 2, 3, o));
   COALESCE_RETURN_IF_ERROR(CheckSameDType(b, "b", a.dtype, "a"));
 
   GemmProblem p;
@@ -362,8 +374,7 @@ absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
   InputTensor c;
   p.has_c = request.has_c();
   if (p.has_c) {
-    COALESCE_ASSIGN_OR_RETURN(
-        c, DecodeInput(request.c(), "c", 2, 3, max_tensor_bytes));
+    COALESCE_ASSIGN_OR_RETURN(c, DecodeInput(request.c(), "c", 2, 3, o));
     COALESCE_RETURN_IF_ERROR(CheckSameDType(c, "c", a.dtype, "a"));
     const int rc = static_cast<int>(c.shape.size());
     if (c.shape[rc - 2] != p.m || c.shape[rc - 1] != p.n) {
@@ -425,21 +436,23 @@ absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
 }
 
 absl::StatusOr<DecodedRequest> DecodeConvertLayout(
-    const v1::ConvertLayoutRequest& request, int64_t max_tensor_bytes) {
+    const v1::ConvertLayoutRequest& request, int64_t max_tensor_bytes,
+    bool shape_only) {
+  const TensorChecks o{max_tensor_bytes, shape_only};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_input(), "input"));
   PermuteProblem p;
   InputTensor in;
   switch (request.conversion_case()) {
     case v1::ConvertLayoutRequest::kLayouts: {
-      COALESCE_ASSIGN_OR_RETURN(
-          in, DecodeInput(request.input(), "input", 4, 4, max_tensor_bytes));
+      COALESCE_ASSIGN_OR_RETURN(in,
+                                DecodeInput(request.input(), "input", 4, 4, o));
       COALESCE_ASSIGN_OR_RETURN(p.perm,
                                 DecodeNamedLayouts(request.layouts(), &p.kind));
       break;
     }
     case v1::ConvertLayoutRequest::kPermutation: {
-      COALESCE_ASSIGN_OR_RETURN(in, DecodeInput(request.input(), "input", 1,
-                                                kMaxRank, max_tensor_bytes));
+      COALESCE_ASSIGN_OR_RETURN(
+          in, DecodeInput(request.input(), "input", 1, kMaxRank, o));
       COALESCE_ASSIGN_OR_RETURN(
           p.perm, DecodePermutation(request.permutation(),
                                     static_cast<int>(in.shape.size())));
@@ -447,8 +460,8 @@ absl::StatusOr<DecodedRequest> DecodeConvertLayout(
       break;
     }
     case v1::ConvertLayoutRequest::kAosSoa: {
-      COALESCE_ASSIGN_OR_RETURN(
-          in, DecodeInput(request.input(), "input", 2, 2, max_tensor_bytes));
+      COALESCE_ASSIGN_OR_RETURN(in,
+                                DecodeInput(request.input(), "input", 2, 2, o));
       COALESCE_ASSIGN_OR_RETURN(
           p.perm, DecodeAosSoa(request.aos_soa(), in.shape, &p.kind));
       break;
@@ -470,11 +483,12 @@ absl::StatusOr<DecodedRequest> DecodeConvertLayout(
 }
 
 absl::StatusOr<DecodedRequest> DecodeGeluLayerNorm(
-    const v1::GeluLayerNormRequest& request, int64_t max_tensor_bytes) {
+    const v1::GeluLayerNormRequest& request, int64_t max_tensor_bytes,
+    bool shape_only) {
+  const TensorChecks o{max_tensor_bytes, shape_only};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_x(), "x"));
-  COALESCE_ASSIGN_OR_RETURN(
-      const InputTensor x,
-      DecodeInput(request.x(), "x", 1, kMaxRank, max_tensor_bytes));
+  COALESCE_ASSIGN_OR_RETURN(const InputTensor x,
+                            DecodeInput(request.x(), "x", 1, kMaxRank, o));
   GeluLnProblem p;
   p.dtype = x.dtype;
   p.hidden = x.shape.back();
@@ -488,14 +502,13 @@ absl::StatusOr<DecodedRequest> DecodeGeluLayerNorm(
   p.has_bias = request.has_bias();
   if (p.has_bias) {
     COALESCE_ASSIGN_OR_RETURN(
-        bias, DecodeHiddenVector(request.bias(), "bias", p.dtype, p.hidden,
-                                 max_tensor_bytes));
+        bias, DecodeHiddenVector(request.bias(), "bias", p.dtype, p.hidden, o));
   }
   p.has_residual = request.has_residual();
   if (p.has_residual) {
-    COALESCE_ASSIGN_OR_RETURN(const InputTensor r,
-                              DecodeInput(request.residual(), "residual", 1,
-                                          kMaxRank, max_tensor_bytes));
+    COALESCE_ASSIGN_OR_RETURN(
+        const InputTensor r,
+        DecodeInput(request.residual(), "residual", 1, kMaxRank, o));
     COALESCE_RETURN_IF_ERROR(CheckSameDType(r, "residual", p.dtype, "x"));
     if (r.shape != x.shape) {
       return absl::InvalidArgumentError(
@@ -507,14 +520,13 @@ absl::StatusOr<DecodedRequest> DecodeGeluLayerNorm(
   p.has_gamma = request.has_gamma();
   if (p.has_gamma) {
     COALESCE_ASSIGN_OR_RETURN(
-        gamma, DecodeHiddenVector(request.gamma(), "gamma", p.dtype, p.hidden,
-                                  max_tensor_bytes));
+        gamma,
+        DecodeHiddenVector(request.gamma(), "gamma", p.dtype, p.hidden, o));
   }
   p.has_beta = request.has_beta();
   if (p.has_beta) {
     COALESCE_ASSIGN_OR_RETURN(
-        beta, DecodeHiddenVector(request.beta(), "beta", p.dtype, p.hidden,
-                                 max_tensor_bytes));
+        beta, DecodeHiddenVector(request.beta(), "beta", p.dtype, p.hidden, o));
   }
 
   p.eps = request.has_epsilon() ? request.epsilon() : 1e-5f;

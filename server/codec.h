@@ -35,13 +35,21 @@ struct DecodedRequest {
 };
 
 absl::StatusOr<DecodedRequest> DecodeTranspose(
-    const v1::TransposeRequest& request, int64_t max_tensor_bytes);
+    const v1::TransposeRequest& request, int64_t max_tensor_bytes,
+    bool shape_only = false);
 absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
-                                          int64_t max_tensor_bytes);
+                                          int64_t max_tensor_bytes,
+                                          bool shape_only = false);
 absl::StatusOr<DecodedRequest> DecodeConvertLayout(
-    const v1::ConvertLayoutRequest& request, int64_t max_tensor_bytes);
+    const v1::ConvertLayoutRequest& request, int64_t max_tensor_bytes,
+    bool shape_only = false);
 absl::StatusOr<DecodedRequest> DecodeGeluLayerNorm(
-    const v1::GeluLayerNormRequest& request, int64_t max_tensor_bytes);
+    const v1::GeluLayerNormRequest& request, int64_t max_tensor_bytes,
+    bool shape_only = false);
+
+// shape_only: tensors may come without data (ExplainSelection needs only
+// dtypes and shapes); everything else is checked as for execution. The
+// decoded input pointers are then null.
 
 // The proto enum value of t.
 v1::DataType ToProto(DType t);
