@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,9 +30,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/npy.h"
+#include "client/selection_cli.h"
 #include "client/tensors.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status_macros.h"
@@ -95,8 +98,23 @@ ABSL_FLAG(std::optional<float>, eps, std::nullopt,
 ABSL_FLAG(bool, no_bias, false, "gelu-ln: no bias.");
 ABSL_FLAG(bool, no_residual, false, "gelu-ln: no residual.");
 
+ABSL_FLAG(std::string, shapes, "",
+          "tune: shapes separated by ';', each as --shape takes it (gemm: "
+          "M,N,K).");
+ABSL_FLAG(int32_t, random_shapes, 0,
+          "tune: this many random shapes, tiny to large, odd and aligned.");
+ABSL_FLAG(uint64_t, shapes_seed, 7, "tune: seed of --random_shapes.");
+ABSL_FLAG(int64_t, max_shape_bytes, int64_t{256} << 20,
+          "tune: largest tensor of a random shape, in bytes.");
+ABSL_FLAG(std::string, out, "", "tune: the table file to write.");
+ABSL_FLAG(int32_t, reps, 3, "tune: runs per variant (the fastest is kept).");
+
 namespace coalesce {
 namespace {
+
+// What an op subcommand does with the request it built: send it (unset),
+// or hand it to `explain` or `tune` instead.
+std::function<absl::Status(Client&, google::protobuf::Message&)> g_request_hook;
 
 constexpr char kUsage[] =
     R"(command-line client of the Coalesce tensor-ops server.
@@ -118,6 +136,15 @@ subcommands:
   gelu-ln     --shape=ROWS,H [--approx=tanh] [--eps=E] [--return_pre_norm]
               [--no_bias] [--no_residual]
               h = gelu(x + bias) + residual; y = LayerNorm(h) * gamma + beta
+  explain OP [op flags]
+              which variants could run this request, their estimated and
+              measured times, the one the server picks and why
+  tune OP (--shapes=S;S;... | --random_shapes=N) --out=TABLE [--reps=R]
+              time every eligible variant of OP (transpose, gemm, layout,
+              gelu-ln) for each shape through the server (S is what --shape
+              takes; gemm: M,N,K), write a table for --tuning_table, and
+              report how often the automatic choice was within 10% of the
+              fastest
 
 flags of every op:
   --dtype=float32|float16|bfloat16   default float32 (or the first input's)
@@ -466,6 +493,7 @@ absl::Status RunTranspose(Client& client, OpFlags f) {
   v1::TransposeRequest request;
   *request.mutable_input() = ToTensor(std::move(in[0]));
   *request.mutable_options() = f.options;
+  if (g_request_hook) return g_request_hook(client, request);
   COALESCE_ASSIGN_OR_RETURN(v1::TransposeResponse response,
                             client.Transpose(request));
   return EmitOutputs({{"output", response.mutable_output(), f.output}},
@@ -515,6 +543,7 @@ absl::Status RunGemm(Client& client, OpFlags f) {
   if (const auto beta = absl::GetFlag(FLAGS_beta)) request.set_beta(*beta);
   request.set_allow_tf32(absl::GetFlag(FLAGS_allow_tf32));
   *request.mutable_options() = f.options;
+  if (g_request_hook) return g_request_hook(client, request);
   COALESCE_ASSIGN_OR_RETURN(v1::GemmResponse response, client.Gemm(request));
   return EmitOutputs({{"d", response.mutable_d(), f.output}},
                      response.has_report() ? &response.report() : nullptr);
@@ -590,6 +619,7 @@ absl::Status RunLayout(Client& client, OpFlags f) {
                }));
   *request.mutable_input() = ToTensor(std::move(in[0]));
   *request.mutable_options() = f.options;
+  if (g_request_hook) return g_request_hook(client, request);
   COALESCE_ASSIGN_OR_RETURN(v1::ConvertLayoutResponse response,
                             client.ConvertLayout(request));
   return EmitOutputs({{"output", response.mutable_output(), f.output}},
@@ -642,6 +672,7 @@ absl::Status RunGeluLayerNorm(Client& client, OpFlags f) {
   if (const auto eps = absl::GetFlag(FLAGS_eps)) request.set_epsilon(*eps);
   request.set_return_pre_norm(absl::GetFlag(FLAGS_return_pre_norm));
   *request.mutable_options() = f.options;
+  if (g_request_hook) return g_request_hook(client, request);
   COALESCE_ASSIGN_OR_RETURN(v1::GeluLayerNormResponse response,
                             client.GeluLayerNorm(request));
   std::vector<Output> outputs = {{"y", response.mutable_y(), f.output}};
@@ -665,16 +696,108 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectFromFlags() {
   return client;
 }
 
-// Runs one subcommand; returns the exit status.
-absl::StatusOr<int> Run(absl::string_view command,
-                        std::vector<std::string> inputs) {
-  using OpRunner = absl::Status (*)(Client&, OpFlags);
+using OpRunner = absl::Status (*)(Client&, OpFlags);
+
+OpRunner RunnerFor(absl::string_view op) {
   const std::pair<absl::string_view, OpRunner> kOps[] = {
       {"transpose", &RunTranspose},
       {"gemm", &RunGemm},
       {"layout", &RunLayout},
       {"gelu-ln", &RunGeluLayerNorm},
   };
+  for (const auto& [name, runner] : kOps) {
+    if (op == name) return runner;
+  }
+  return nullptr;
+}
+
+// Points the op flags at one tune shape ("M,N,K" for gemm).
+absl::Status SetShapeFlags(absl::string_view op, const std::string& shape) {
+  if (op != "gemm") {
+    absl::SetFlag(&FLAGS_shape, shape);
+    return absl::OkStatus();
+  }
+  COALESCE_ASSIGN_OR_RETURN(std::vector<int64_t> mnk,
+                            ParseInts("shapes", shape));
+  if (mnk.size() != 3) {
+    return UsageError(
+        absl::StrCat("gemm tune shape '", shape, "': want M,N,K"));
+  }
+  absl::SetFlag(&FLAGS_m, mnk[0]);
+  absl::SetFlag(&FLAGS_n, mnk[1]);
+  absl::SetFlag(&FLAGS_k, mnk[2]);
+  return absl::OkStatus();
+}
+
+// `explain OP ...` and `tune OP ...`.
+absl::StatusOr<int> RunSelection(absl::string_view command,
+                                 absl::string_view op,
+                                 std::vector<std::string> inputs) {
+  const OpRunner runner = RunnerFor(op);
+  if (runner == nullptr) {
+    return UsageError(absl::StrCat(command, ": unknown op '", op,
+                                   "'; expected transpose, gemm, layout or "
+                                   "gelu-ln"));
+  }
+  COALESCE_ASSIGN_OR_RETURN(OpFlags flags, ParseOpFlags(std::move(inputs)));
+  COALESCE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectFromFlags());
+  if (command == "explain") {
+    g_request_hook = &ExplainRequest;
+    COALESCE_RETURN_IF_ERROR(runner(*client, flags));
+    return 0;
+  }
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return UsageError("tune needs --out=TABLE");
+  std::vector<std::string> shapes =
+      absl::StrSplit(absl::GetFlag(FLAGS_shapes), ';', absl::SkipEmpty());
+  if (absl::GetFlag(FLAGS_random_shapes) > 0) {
+    for (std::string& s :
+         RandomShapes(std::string(op), absl::GetFlag(FLAGS_random_shapes),
+                      absl::GetFlag(FLAGS_shapes_seed),
+                      absl::GetFlag(FLAGS_max_shape_bytes))) {
+      shapes.push_back(std::move(s));
+    }
+  }
+  if (shapes.empty())
+    return UsageError("tune needs --shapes or --random_shapes");
+  if (op == "layout" && absl::GetFlag(FLAGS_from).empty() &&
+      absl::GetFlag(FLAGS_perm).empty() &&
+      absl::GetFlag(FLAGS_aos_fields) == 0 &&
+      absl::GetFlag(FLAGS_direction).empty()) {
+    absl::SetFlag(&FLAGS_from, "NCHW");
+    absl::SetFlag(&FLAGS_to, "NHWC");
+  }
+  std::vector<TunedShape> results;
+  const absl::Time start = absl::Now();
+  int failed = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::fprintf(stderr, "\r[%zu/%zu %.0fs] %s %-24s", i + 1, shapes.size(),
+                 absl::ToDoubleSeconds(absl::Now() - start),
+                 std::string(op).c_str(), shapes[i].c_str());
+    std::fflush(stderr);
+    COALESCE_RETURN_IF_ERROR(SetShapeFlags(op, shapes[i]));
+    g_request_hook = [&](Client& c, google::protobuf::Message& request) {
+      COALESCE_ASSIGN_OR_RETURN(
+          TunedShape t,
+          TuneRequest(c, request, absl::GetFlag(FLAGS_reps), shapes[i]));
+      results.push_back(std::move(t));
+      return absl::OkStatus();
+    };
+    absl::Status s = runner(*client, flags);
+    if (!s.ok()) {
+      ++failed;
+      std::fprintf(stderr, "\n%s: %s\n", shapes[i].c_str(),
+                   s.ToString().c_str());
+    }
+  }
+  std::fprintf(stderr, "\n");
+  COALESCE_RETURN_IF_ERROR(WriteTable(results, out));
+  return failed == 0 ? 0 : 1;
+}
+
+// Runs one subcommand; returns the exit status.
+absl::StatusOr<int> Run(absl::string_view command,
+                        std::vector<std::string> inputs) {
   if (command == "info" || command == "health") {
     if (!inputs.empty()) {
       return UsageError(absl::StrCat(command, " takes no --input"));
@@ -688,8 +811,7 @@ absl::StatusOr<int> Run(absl::string_view command,
     COALESCE_ASSIGN_OR_RETURN(const bool serving, RunHealth(*client));
     return serving ? 0 : 1;
   }
-  for (const auto& [name, runner] : kOps) {
-    if (command != name) continue;
+  if (const OpRunner runner = RunnerFor(command)) {
     COALESCE_ASSIGN_OR_RETURN(OpFlags flags, ParseOpFlags(std::move(inputs)));
     COALESCE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
                               ConnectFromFlags());
@@ -698,7 +820,7 @@ absl::StatusOr<int> Run(absl::string_view command,
   }
   return UsageError(absl::StrCat("unknown subcommand '", command,
                                  "'; expected info, health, transpose, "
-                                 "gemm, layout or gelu-ln"));
+                                 "gemm, layout, gelu-ln, explain or tune"));
 }
 
 int Fail(const absl::Status& status) {
@@ -726,13 +848,20 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> inputs = ScanArgs(argc, argv);
   if (!inputs.ok()) return Fail(inputs.status());
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() != 2) {
+  const bool with_op = positional.size() >= 2 &&
+                       (absl::string_view(positional[1]) == "explain" ||
+                        absl::string_view(positional[1]) == "tune");
+  const size_t want = with_op ? 3 : 2;
+  if (positional.size() != want) {
     return Fail(UsageError(
-        positional.size() < 2
-            ? "missing subcommand"
-            : absl::StrCat("unexpected argument '", positional[2], "'")));
+        positional.size() < want
+            ? (with_op ? "missing op (transpose, gemm, layout or gelu-ln)"
+                       : "missing subcommand")
+            : absl::StrCat("unexpected argument '", positional[want], "'")));
   }
-  absl::StatusOr<int> exit_code = Run(positional[1], *std::move(inputs));
+  absl::StatusOr<int> exit_code =
+      with_op ? RunSelection(positional[1], positional[2], *std::move(inputs))
+              : Run(positional[1], *std::move(inputs));
   if (!exit_code.ok()) return Fail(exit_code.status());
   return *exit_code;
 }

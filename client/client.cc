@@ -106,6 +106,12 @@ absl::StatusOr<v1::GetServerInfoResponse> Client::GetServerInfo() {
                      v1::GetServerInfoRequest());
 }
 
+absl::StatusOr<v1::ExplainSelectionResponse> Client::ExplainSelection(
+    const v1::ExplainSelectionRequest& request) {
+  return impl_->Call(impl_->ops(), &v1::TensorOps::Stub::ExplainSelection,
+                     request);
+}
+
 absl::StatusOr<std::string> Client::Health(const std::string& service) {
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);

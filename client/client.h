@@ -46,6 +46,8 @@ class Client {
   absl::StatusOr<v1::GeluLayerNormResponse> GeluLayerNorm(
       const v1::GeluLayerNormRequest& request);
   absl::StatusOr<v1::GetServerInfoResponse> GetServerInfo();
+  absl::StatusOr<v1::ExplainSelectionResponse> ExplainSelection(
+      const v1::ExplainSelectionRequest& request);
 
   // grpc.health.v1.Health/Check for `service` ("" is the whole server).
   // Returns the serving status by name: "SERVING", "NOT_SERVING", ...
