@@ -1,0 +1,79 @@
+#include "server/metrics/http_server.h"
+
+#include <civetweb.h>
+
+#include <cstring>
+#include <string>
+
+#include "absl/base/call_once.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace coalesce::metrics {
+namespace {
+
+constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// civetweb logs through this instead of to stderr on its own.
+int LogMessage(const mg_connection* /*conn*/, const char* message) {
+  spdlog::warn("metrics http: {}", message);
+  return 1;
+}
+
+int HandleMetrics(mg_connection* conn, void* data) {
+  const auto* registry = static_cast<const Registry*>(data);
+  const mg_request_info* request = mg_get_request_info(conn);
+  const bool head = std::strcmp(request->request_method, "HEAD") == 0;
+  if (!head && std::strcmp(request->request_method, "GET") != 0) {
+    mg_send_http_error(conn, 405, "%s", "only GET and HEAD\n");
+    return 405;
+  }
+  const std::string body = registry->Serialize();
+  mg_send_http_ok(conn, kContentType, static_cast<long long>(body.size()));
+  if (!head) mg_write(conn, body.data(), body.size());
+  return 200;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    absl::string_view address, const Registry* registry) {
+  // civetweb wants its process-wide state set up once, before mg_start.
+  static absl::once_flag init_once;
+  absl::call_once(init_once, [] { mg_init_library(0); });
+
+  const std::string ports(address);
+  const char* options[] = {
+      "listening_ports",    ports.c_str(), "num_threads", "2",
+      "request_timeout_ms", "10000",       nullptr};
+  mg_callbacks callbacks;
+  std::memset(&callbacks, 0, sizeof(callbacks));
+  callbacks.log_message = LogMessage;
+  auto server = std::unique_ptr<HttpServer>(new HttpServer(registry));
+  mg_init_data init = {&callbacks, nullptr, options};
+  char error_text[256] = "";
+  unsigned error_code = 0;
+  mg_error_data error = {&error_code, error_text, sizeof(error_text)};
+  server->context_ = mg_start2(&init, &error);
+  if (server->context_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on '", address, "': ", error_text,
+                     " (the address is malformed, in use or not local)"));
+  }
+  mg_server_port bound[1];
+  if (mg_get_server_ports(server->context_, 1, bound) != 1) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics on '", address, "': no port bound"));
+  }
+  server->port_ = bound[0].port;
+  mg_set_request_handler(server->context_, "/metrics$", HandleMetrics,
+                         const_cast<Registry*>(registry));
+  return server;
+}
+
+HttpServer::~HttpServer() {
+  if (context_ != nullptr) mg_stop(context_);
+}
+
+}  // namespace coalesce::metrics

@@ -1,0 +1,126 @@
+// The /metrics endpoint over real loopback TCP on port 0: status, headers and
+// body of GET and HEAD, 404 and 405, and an address that cannot be bound.
+#include "server/metrics/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/metrics/registry.h"
+
+namespace coalesce::metrics {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Sends one HTTP/1.0 request to 127.0.0.1:port and returns the whole answer
+// (the server closes the connection after it; civetweb answers in the
+// request's HTTP version).
+std::string Fetch(int port, const std::string& method,
+                  const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  const std::string request =
+      absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
+  if (write(fd, request.data(), request.size()) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return "write failed";
+  }
+  std::string response;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+  close(fd);
+  return response;
+}
+
+// One server for the suite: civetweb's mg_stop waits out its listener's
+// poll period (about 2 s).
+class HttpServerTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    registry_ = new Registry;
+    registry_->AddCounter("test_requests_total", "Requests.", {"op"})
+        .Add({"gemm"})
+        .Increment(7);
+    absl::StatusOr<std::unique_ptr<HttpServer>> server =
+        HttpServer::Start("127.0.0.1:0", registry_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    ASSERT_GT(server_->port(), 0);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete registry_;
+  }
+
+  static Registry* registry_;
+  static HttpServer* server_;
+};
+
+Registry* HttpServerTest::registry_ = nullptr;
+HttpServer* HttpServerTest::server_ = nullptr;
+
+TEST_F(HttpServerTest, GetServesTheExposition) {
+  const std::string response = Fetch(server_->port(), "GET", "/metrics");
+  EXPECT_THAT(response, StartsWith("HTTP/1.0 200 OK\r\n"));
+  EXPECT_THAT(response, HasSubstr("Content-Type: text/plain; version=0.0.4; "
+                                  "charset=utf-8\r\n"));
+  const std::string body = registry_->Serialize();
+  EXPECT_THAT(response,
+              HasSubstr(absl::StrCat("Content-Length: ", body.size(), "\r\n")));
+  EXPECT_THAT(response, EndsWith(absl::StrCat("\r\n\r\n", body)));
+  EXPECT_THAT(body, HasSubstr("test_requests_total{op=\"gemm\"} 7\n"));
+}
+
+TEST_F(HttpServerTest, HeadSendsHeadersOnly) {
+  const std::string response = Fetch(server_->port(), "HEAD", "/metrics");
+  EXPECT_THAT(response, StartsWith("HTTP/1.0 200 OK\r\n"));
+  EXPECT_THAT(response, EndsWith("\r\n\r\n"));
+}
+
+TEST_F(HttpServerTest, OtherPathsAndMethodsAreRefused) {
+  EXPECT_THAT(Fetch(server_->port(), "GET", "/"), StartsWith("HTTP/1.0 404"));
+  EXPECT_THAT(Fetch(server_->port(), "GET", "/metrics/extra"),
+              StartsWith("HTTP/1.0 404"));
+  EXPECT_THAT(Fetch(server_->port(), "POST", "/metrics"),
+              StartsWith("HTTP/1.0 405"));
+}
+
+TEST_F(HttpServerTest, PortInUseIsUnavailable) {
+  absl::StatusOr<std::unique_ptr<HttpServer>> second =
+      HttpServer::Start(absl::StrCat("127.0.0.1:", server_->port()), registry_);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable)
+      << second.status();
+}
+
+TEST(HttpServerStartTest, MalformedAddressIsUnavailable) {
+  Registry registry;
+  for (const char* address : {"not an address", "1.2.3.4:80", "[::1]:0"}) {
+    absl::StatusOr<std::unique_ptr<HttpServer>> server =
+        HttpServer::Start(address, &registry);
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable)
+        << address;
+    EXPECT_THAT(server.status().message(), HasSubstr(address));
+  }
+}
+
+}  // namespace
+}  // namespace coalesce::metrics
