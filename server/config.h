@@ -13,6 +13,10 @@ struct ServerConfig {
   // host:port to serve gRPC on; port 0 binds a free port (RunningServer says
   // which). Empty serves only the in-process channel (tests).
   std::string listen = "0.0.0.0:50051";
+  // host:port to serve Prometheus' /metrics on (IPv4); port 0 binds a free
+  // port (RunningServer says which). Empty serves no HTTP: the tests read
+  // RunningServer::registry directly. main defaults it to 0.0.0.0:9464.
+  std::string metrics_listen;
   // Largest tensor, input or output, a request may carry or produce. Inline
   // tensors are protobuf `bytes`, which cannot exceed 2 GiB - 1 anyway.
   int64_t max_tensor_bytes = int64_t{1} << 30;

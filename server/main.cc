@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "kernels/backends.h"
+#include "server/profile_sampling.h"
 #include "server/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -30,8 +31,12 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "HOST:PORT to serve gRPC on; port 0 picks a free port (printed on "
           "stdout)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
-          "HOST:PORT for Prometheus metrics; accepted and logged, served once "
-          "the metrics module lands");
+          "HOST:PORT (IPv4) to serve Prometheus /metrics on; port 0 picks a "
+          "free port (printed on stdout)");
+ABSL_FLAG(std::string, profile_sampling, "off",
+          "off | sampled: sample device counters (achieved occupancy, DRAM "
+          "throughput) of kernel launches with CUPTI; where that is "
+          "unavailable the reason is logged at start-up and the rest runs");
 ABSL_FLAG(std::string, device, "auto",
           "auto | cpu | cuda: auto uses CUDA when a device is visible, else "
           "the CPU");
@@ -142,6 +147,12 @@ bool CheckFlagValues(std::string* error) {
       return false;
     }
   }
+  ProfileSampling sampling;
+  if (!ParseProfileSampling(absl::GetFlag(FLAGS_profile_sampling), &sampling)) {
+    *error = absl::StrCat("--profile_sampling must be off or sampled, not '",
+                          absl::GetFlag(FLAGS_profile_sampling), "'");
+    return false;
+  }
   const int64_t max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
   if (max_tensor_bytes < 1 || max_tensor_bytes > kMaxInlineTensorBytes) {
     *error = absl::StrCat("--max_tensor_bytes must be in [1, ",
@@ -167,10 +178,12 @@ int Main(int argc, char** argv) {
       "gRPC.\n\n"
       "  coalesce-server [--listen=HOST:PORT] [--metrics_listen=HOST:PORT]\n"
       "                  [--device=auto|cpu|cuda] [--max_tensor_bytes=N]\n"
-      "                  [--max_message_bytes=N] [--threads=N]\n\n"
-      "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' on\n"
-      "stdout once serving; logs go to stderr. SIGINT or SIGTERM drains and\n"
-      "exits. Exit status 2 on a command-line error, 1 when it cannot start.");
+      "                  [--max_message_bytes=N] [--threads=N]\n"
+      "                  [--profile_sampling=off|sampled]\n\n"
+      "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
+      "then 'coalesce-server metrics on HOST:PORT' on stdout once serving;\n"
+      "logs go to stderr. SIGINT or SIGTERM drains and exits. Exit status 2\n"
+      "on a command-line error, 1 when it cannot start.");
   // --help lists the flags of files named like the binary by default; these
   // flags live in main.cc.
   absl::FlagsUsageConfig usage_config;
@@ -213,8 +226,21 @@ int Main(int argc, char** argv) {
                device.backend == BackendKind::kCuda ? "SMs" : "threads",
                choice->reason);
 
+  ProfileSampling sampling = ProfileSampling::kOff;
+  ParseProfileSampling(absl::GetFlag(FLAGS_profile_sampling), &sampling);
+  if (sampling == ProfileSampling::kSampled) {
+    const absl::Status support = ProfileSamplingSupport(*choice->backend);
+    if (!support.ok()) {
+      spdlog::warn(
+          "--profile_sampling=sampled: sampling is unavailable ({}); "
+          "serving without device-sampled counters",
+          std::string(support.message()));
+    }
+  }
+
   ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
+  config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   absl::StatusOr<std::unique_ptr<RunningServer>> server =
@@ -223,11 +249,14 @@ int Main(int argc, char** argv) {
     spdlog::critical("{}", server.status().ToString());
     return 1;
   }
-  spdlog::info("metrics address {} noted; metrics are not served yet",
-               absl::GetFlag(FLAGS_metrics_listen));
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
+  const std::string metrics_host =
+      config.metrics_listen.substr(0, config.metrics_listen.rfind(':'));
+  // Two lines, in this order: scripts and tests read the first for gRPC.
   std::cout << "coalesce-server listening on " << host << ":" << (*server)->port
-            << " (backend " << backend_name << ")" << std::endl;
+            << " (backend " << backend_name << ")\n"
+            << "coalesce-server metrics on " << metrics_host << ":"
+            << (*server)->metrics_port << std::endl;
 
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);

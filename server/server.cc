@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/metrics/prometheus_service_metrics.h"
 
 namespace coalesce {
 
@@ -25,8 +26,19 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   auto running = std::make_unique<RunningServer>();
+  running->registry = std::make_unique<metrics::Registry>();
+  running->metrics = std::make_unique<metrics::PrometheusServiceMetrics>(
+      running->registry.get(), *backend);
+  if (!config.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<metrics::HttpServer>> http =
+        metrics::HttpServer::Start(config.metrics_listen,
+                                   running->registry.get());
+    if (!http.ok()) return http.status();
+    running->metrics_http = std::move(*http);
+    running->metrics_port = running->metrics_http->port();
+  }
   running->service = std::make_unique<TensorOpsService>(
-      backend, config, std::move(backend_reason));
+      backend, config, std::move(backend_reason), running->metrics.get());
   grpc::ServerBuilder builder;
   if (!config.listen.empty()) {
     builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),

@@ -1,8 +1,10 @@
 // BuildServer: the one way to start the gRPC server, used by main and by the
 // tests. It serves coalesce.v1.TensorOps, the standard health service
 // (grpc.health.v1, SERVING while the backend is healthy) and server
-// reflection. RunningServer is thread-compatible: build, use and destroy it
-// from one thread; the server inside serves from its own threads.
+// reflection, and Prometheus metrics over HTTP from a Registry of its own
+// (no process-wide metrics state: every server, every test, starts at zero).
+// RunningServer is thread-compatible: build, use and destroy it from one
+// thread; the servers inside serve from their own threads.
 #pragma once
 
 #include <grpcpp/channel.h>
@@ -15,7 +17,10 @@
 #include "absl/status/statusor.h"
 #include "kernels/core/backend.h"
 #include "server/config.h"
+#include "server/metrics/http_server.h"
+#include "server/metrics/registry.h"
 #include "server/service.h"
+#include "server/service_metrics.h"
 
 namespace coalesce {
 
@@ -25,18 +30,24 @@ struct RunningServer {
   std::shared_ptr<grpc::Channel> InProcessChannel(
       const grpc::ChannelArguments& args = grpc::ChannelArguments());
 
-  // Declared before server: members are destroyed in reverse order, and
-  // grpc::Server's destructor drains in-flight calls into the service.
+  // Members are destroyed in reverse order: grpc::Server's destructor
+  // drains in-flight calls into the service, which reports to metrics, which
+  // live in registry; metrics_http reads registry until it stops.
+  std::unique_ptr<metrics::Registry> registry;
+  std::unique_ptr<ServiceMetrics> metrics;
+  std::unique_ptr<metrics::HttpServer> metrics_http;  // null: no metrics_listen
   std::unique_ptr<TensorOpsService> service;
   std::unique_ptr<grpc::Server> server;
   // The TCP port actually bound (config.listen may ask for port 0); 0 when
   // config.listen is empty.
   int port = 0;
+  // The same for config.metrics_listen.
+  int metrics_port = 0;
 };
 
 // Starts a server on config.listen serving backend (not owned; it must
 // outlive the server). backend_reason is what GetServerInfo reports as the
-// reason for this backend. UNAVAILABLE when the address cannot be bound.
+// reason for this backend. UNAVAILABLE when an address cannot be bound.
 absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     const ServerConfig& config, Backend* backend, std::string backend_reason);
 

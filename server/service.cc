@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <variant>
@@ -13,6 +14,12 @@
 
 namespace coalesce {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 DType OutputDType(const Problem& p) {
   return std::visit([](const auto& typed) { return typed.dtype; }, p);
@@ -44,28 +51,42 @@ std::string Bound(const Problem& p, const DeviceInfo& dev, double intensity) {
   return intensity > peak / bandwidth ? "compute" : "memory";
 }
 
+// The figures of one run that both the KernelReport and the metrics carry,
+// computed once so that the two always agree.
+KernelObservation Observe(const DeviceInfo& dev, const Problem& p,
+                          const KernelVariant& variant, const RunResult& run) {
+  KernelObservation k;
+  k.variant = &variant;
+  k.op = OpOf(p);
+  k.dtype = OutputDType(p);
+  k.bytes_moved = MinBytesMoved(p);
+  const double seconds = run.kernel_seconds;
+  k.bytes_per_second = seconds > 0 ? k.bytes_moved / seconds : 0;
+  k.flops_per_second = seconds > 0 ? Flops(p) / seconds : 0;
+  k.peak_fraction = dev.measured_copy_bandwidth > 0
+                        ? k.bytes_per_second / dev.measured_copy_bandwidth
+                        : 0;
+  k.run = run;
+  return k;
+}
+
 void FillReport(const Backend& backend, const Problem& p,
-                const Selection& selection, const RunResult& run,
+                const Selection& selection, const KernelObservation& k,
                 v1::KernelReport* report) {
   const DeviceInfo& dev = backend.device();
+  const RunResult& run = k.run;
   report->set_variant(std::string(selection.variant->name()));
   report->set_backend(std::string(BackendName(backend.kind())));
   report->set_device(dev.name);
   report->set_kernel_seconds(run.kernel_seconds);
-  const int64_t bytes = MinBytesMoved(p);
   const double flops = Flops(p);
-  const double seconds = run.kernel_seconds;
-  const double bytes_per_second = seconds > 0 ? bytes / seconds : 0;
-  const double intensity = bytes > 0 ? flops / bytes : 0;
-  report->set_bytes_moved(bytes);
-  report->set_achieved_bytes_per_second(bytes_per_second);
+  const double intensity = k.bytes_moved > 0 ? flops / k.bytes_moved : 0;
+  report->set_bytes_moved(k.bytes_moved);
+  report->set_achieved_bytes_per_second(k.bytes_per_second);
   report->set_flops(flops);
-  report->set_achieved_flops_per_second(seconds > 0 ? flops / seconds : 0);
+  report->set_achieved_flops_per_second(k.flops_per_second);
   report->set_arithmetic_intensity(intensity);
-  report->set_peak_bandwidth_fraction(dev.measured_copy_bandwidth > 0
-                                          ? bytes_per_second /
-                                                dev.measured_copy_bandwidth
-                                          : 0);
+  report->set_peak_bandwidth_fraction(k.peak_fraction);
   report->set_bound(Bound(p, dev, intensity));
   report->set_selection_source(selection.source);
   report->set_selection_reason(selection.reason);
@@ -98,11 +119,55 @@ void FillDeviceInfo(const DeviceInfo& dev, v1::DeviceInfo* out) {
 
 }  // namespace
 
+// Reports one RPC to the metrics: started on construction, finished by Finish,
+// which every return path of a handler goes through.
+class TensorOpsService::Call {
+ public:
+  Call(ServiceMetrics* metrics, Rpc rpc)
+      : metrics_(metrics), rpc_(rpc), start_(Clock::now()) {
+    metrics_->RpcStarted(rpc_);
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  ServiceMetrics& metrics() { return *metrics_; }
+
+  // The request leaves the service for the backend.
+  void BackendStarted() {
+    reached_backend_ = true;
+    metrics_->BackendStarted(rpc_, SecondsSince(start_));
+  }
+
+  grpc::Status Finish(const absl::Status& status,
+                      const google::protobuf::Message& request,
+                      const google::protobuf::Message& response) {
+    RpcOutcome outcome;
+    outcome.rpc = rpc_;
+    outcome.code = status.code();
+    outcome.seconds = SecondsSince(start_);
+    outcome.request_bytes = static_cast<int64_t>(request.ByteSizeLong());
+    // gRPC sends no message with an error status.
+    outcome.response_bytes =
+        status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0;
+    outcome.reached_backend = reached_backend_;
+    metrics_->RpcFinished(outcome);
+    return ToGrpcStatus(status);
+  }
+
+ private:
+  ServiceMetrics* const metrics_;
+  const Rpc rpc_;
+  const Clock::time_point start_;
+  bool reached_backend_ = false;
+};
+
 TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
-                                   std::string backend_reason)
+                                   std::string backend_reason,
+                                   ServiceMetrics* metrics)
     : backend_(backend),
       config_(std::move(config)),
-      backend_reason_(std::move(backend_reason)) {}
+      backend_reason_(std::move(backend_reason)),
+      metrics_(metrics) {}
 
 void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health) {
   health_.store(health);
@@ -121,13 +186,14 @@ void TensorOpsService::PublishHealth() {
   health->SetServingStatus(v1::TensorOps::service_full_name(), status.ok());
 }
 
-absl::Status TensorOpsService::Run(const DecodedRequest& d,
+absl::Status TensorOpsService::Run(Call& call, const DecodedRequest& d,
                                    absl::Span<v1::Tensor* const> outputs,
                                    v1::KernelReport* report) {
   COALESCE_ASSIGN_OR_RETURN(
       const Selection selection,
       SelectVariant(backend_->registry(), d.problem, backend_->device(),
                     d.forced_variant));
+  call.metrics().VariantSelected(selection);
   Operands host = d.host;
   const v1::DataType dtype = ToProto(OutputDType(d.problem));
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -142,14 +208,18 @@ absl::Status TensorOpsService::Run(const DecodedRequest& d,
     host.outputs[i] = raw->data();
   }
   RunResult run;
+  call.BackendStarted();
   const absl::Status status =
       backend_->Execute(*selection.variant, d.problem, host, &run);
   if (!status.ok()) {
     PublishHealth();
     return status;
   }
+  const KernelObservation kernel =
+      Observe(backend_->device(), d.problem, *selection.variant, run);
+  call.metrics().KernelRan(kernel);
   if (report != nullptr) {
-    FillReport(*backend_, d.problem, selection, run, report);
+    FillReport(*backend_, d.problem, selection, kernel, report);
   }
   return absl::OkStatus();
 }
@@ -157,48 +227,56 @@ absl::Status TensorOpsService::Run(const DecodedRequest& d,
 grpc::Status TensorOpsService::Transpose(grpc::ServerContext* /*context*/,
                                          const v1::TransposeRequest* request,
                                          v1::TransposeResponse* response) {
+  Call call(metrics_, Rpc::kTranspose);
   const absl::StatusOr<DecodedRequest> d =
       DecodeTranspose(*request, config_.max_tensor_bytes);
-  if (!d.ok()) return ToGrpcStatus(d.status());
-  return ToGrpcStatus(Run(*d, {response->mutable_output()},
-                          d->report ? response->mutable_report() : nullptr));
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  return call.Finish(Run(call, *d, {response->mutable_output()},
+                         d->report ? response->mutable_report() : nullptr),
+                     *request, *response);
 }
 
 grpc::Status TensorOpsService::Gemm(grpc::ServerContext* /*context*/,
                                     const v1::GemmRequest* request,
                                     v1::GemmResponse* response) {
+  Call call(metrics_, Rpc::kGemm);
   const absl::StatusOr<DecodedRequest> d =
       DecodeGemm(*request, config_.max_tensor_bytes);
-  if (!d.ok()) return ToGrpcStatus(d.status());
-  return ToGrpcStatus(Run(*d, {response->mutable_d()},
-                          d->report ? response->mutable_report() : nullptr));
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  return call.Finish(Run(call, *d, {response->mutable_d()},
+                         d->report ? response->mutable_report() : nullptr),
+                     *request, *response);
 }
 
 grpc::Status TensorOpsService::ConvertLayout(
     grpc::ServerContext* /*context*/, const v1::ConvertLayoutRequest* request,
     v1::ConvertLayoutResponse* response) {
+  Call call(metrics_, Rpc::kConvertLayout);
   const absl::StatusOr<DecodedRequest> d =
       DecodeConvertLayout(*request, config_.max_tensor_bytes);
-  if (!d.ok()) return ToGrpcStatus(d.status());
-  return ToGrpcStatus(Run(*d, {response->mutable_output()},
-                          d->report ? response->mutable_report() : nullptr));
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  return call.Finish(Run(call, *d, {response->mutable_output()},
+                         d->report ? response->mutable_report() : nullptr),
+                     *request, *response);
 }
 
 grpc::Status TensorOpsService::GeluLayerNorm(
     grpc::ServerContext* /*context*/, const v1::GeluLayerNormRequest* request,
     v1::GeluLayerNormResponse* response) {
+  Call call(metrics_, Rpc::kGeluLayerNorm);
   const absl::StatusOr<DecodedRequest> d =
       DecodeGeluLayerNorm(*request, config_.max_tensor_bytes);
-  if (!d.ok()) return ToGrpcStatus(d.status());
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
   v1::Tensor* h = d->sizes.outputs[kLnH] > 0 ? response->mutable_h() : nullptr;
-  return ToGrpcStatus(Run(*d, {response->mutable_y(), h},
-                          d->report ? response->mutable_report() : nullptr));
+  return call.Finish(Run(call, *d, {response->mutable_y(), h},
+                         d->report ? response->mutable_report() : nullptr),
+                     *request, *response);
 }
 
 grpc::Status TensorOpsService::GetServerInfo(
-    grpc::ServerContext* /*context*/,
-    const v1::GetServerInfoRequest* /*request*/,
+    grpc::ServerContext* /*context*/, const v1::GetServerInfoRequest* request,
     v1::GetServerInfoResponse* response) {
+  Call call(metrics_, Rpc::kGetServerInfo);
   response->set_backend(std::string(BackendName(backend_->kind())));
   FillDeviceInfo(backend_->device(), response->add_devices());
   v1::BuildInfo* build = response->mutable_build();
@@ -218,7 +296,7 @@ grpc::Status TensorOpsService::GetServerInfo(
     info->set_description(std::string(v->description()));
   }
   response->set_backend_reason(backend_reason_);
-  return grpc::Status::OK;
+  return call.Finish(absl::OkStatus(), *request, *response);
 }
 
 }  // namespace coalesce

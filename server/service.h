@@ -1,9 +1,10 @@
 // The coalesce.v1.TensorOps service: decodes a request (codec.h), selects a
 // kernel variant, runs it on the backend with the outputs written straight
-// into the response's bytes, and fills the KernelReport when asked. Errors
-// are absl::Status inside and become grpc::Status only at the RPC edge
-// (status.h). Thread-safe: gRPC calls it from many threads at once; the
-// backend is itself thread-safe.
+// into the response's bytes, and fills the KernelReport when asked. Every
+// RPC, failed ones included, is reported to the injected ServiceMetrics.
+// Errors are absl::Status inside and become grpc::Status only at the RPC
+// edge (status.h). Thread-safe: gRPC calls it from many threads at once; the
+// backend and the metrics are themselves thread-safe.
 #pragma once
 
 #include <grpcpp/health_check_service_interface.h>
@@ -17,15 +18,16 @@
 #include "kernels/core/backend.h"
 #include "server/codec.h"
 #include "server/config.h"
+#include "server/service_metrics.h"
 
 namespace coalesce {
 
 class TensorOpsService final : public v1::TensorOps::Service {
  public:
-  // backend is not owned and must outlive the service. backend_reason says
-  // why this backend serves (reported by GetServerInfo).
+  // backend and metrics are not owned and must outlive the service.
+  // backend_reason says why this backend serves (reported by GetServerInfo).
   TensorOpsService(Backend* backend, ServerConfig config,
-                   std::string backend_reason);
+                   std::string backend_reason, ServiceMetrics* metrics);
 
   // Publishes the backend's health as the serving status of "" and of
   // coalesce.v1.TensorOps, now and after every failed execution, so that a
@@ -51,10 +53,13 @@ class TensorOpsService final : public v1::TensorOps::Service {
                              v1::GetServerInfoResponse* response) override;
 
  private:
+  // One RPC as the metrics see it (service.cc).
+  class Call;
+
   // Selects a variant for d, allocates each requested output in the matching
   // response tensor (same order as d.output_shapes), runs it and fills
   // report when d.report.
-  absl::Status Run(const DecodedRequest& d,
+  absl::Status Run(Call& call, const DecodedRequest& d,
                    absl::Span<v1::Tensor* const> outputs,
                    v1::KernelReport* report);
   void PublishHealth();
@@ -62,6 +67,7 @@ class TensorOpsService final : public v1::TensorOps::Service {
   Backend* const backend_;
   const ServerConfig config_;
   const std::string backend_reason_;
+  ServiceMetrics* const metrics_;
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
 };
 

@@ -1,0 +1,414 @@
+#include "server/metrics/prometheus_service_metrics.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "kernels/core/dtype.h"
+
+namespace coalesce::metrics {
+namespace {
+
+constexpr int kNumDTypes = 3;
+
+// End-to-end latency: 100 us (a small transpose on a GPU) to a minute (a
+// GiB-sized CPU GEMM).
+const std::vector<double>& DurationBuckets() {
+  static const auto* b = new std::vector<double>{
+      1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05,
+      0.1,  0.25,   0.5,  1,    2.5,    5,    10,   30,    60};
+  return *b;
+}
+
+// Stages and kernels: 1 us (a launch-bound kernel) to 10 s.
+const std::vector<double>& StageBuckets() {
+  static const auto* b = new std::vector<double>{
+      1e-6, 2.5e-6, 5e-6,  1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
+      5e-3, 0.01,   0.025, 0.05, 0.1,    0.25, 0.5,  1,      2.5,  5,    10};
+  return *b;
+}
+
+// 100 MB/s (a small CPU request) to 8 TB/s, finer above 1 TB/s where the
+// H200's copy peak (about 4 TB/s) lies.
+const std::vector<double>& BandwidthBuckets() {
+  static const auto* b = new std::vector<double>{
+      1e8,  2.5e8,  5e8,  1e9,    2e9,  5e9,    1e10, 2e10,
+      5e10, 1e11,   2e11, 5e11,   1e12, 1.5e12, 2e12, 2.5e12,
+      3e12, 3.5e12, 4e12, 4.5e12, 5e12, 6e12,   8e12};
+  return *b;
+}
+
+// Fraction of the measured copy peak; above 1 happens when a kernel's data
+// was partly L2-resident.
+const std::vector<double>& UtilizationBuckets() {
+  static const auto* b =
+      new std::vector<double>{0.05, 0.1,  0.2, 0.3,  0.4, 0.5,  0.6, 0.7, 0.75,
+                              0.8,  0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2};
+  return *b;
+}
+
+// GEMM: 1 GFLOP/s to 2 PFLOP/s (an H200's dense 16-bit peak is about 1e15).
+const std::vector<double>& FlopsBuckets() {
+  static const auto* b = new std::vector<double>{
+      1e9,  1e10, 2.5e10, 5e10, 1e11, 2.5e11, 5e11, 1e12, 2.5e12,
+      5e12, 1e13, 2.5e13, 5e13, 1e14, 2.5e14, 5e14, 1e15, 2e15};
+  return *b;
+}
+
+// The process's resident set, the memory the CPU backend computes in.
+double ProcessResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  if (!(statm >> size_pages >> resident_pages)) return 0;
+  return static_cast<double>(resident_pages) * sysconf(_SC_PAGESIZE);
+}
+
+// MemTotal from /proc/meminfo; 0 when unreadable.
+int64_t HostMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t kib = 0;
+    if (fields.size() >= 2 && fields[0] == "MemTotal:" &&
+        absl::SimpleAtoi(fields[1], &kib)) {
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+std::vector<std::string> OpLabel(Rpc rpc) {
+  return {std::string(RpcName(rpc))};
+}
+
+// Seconds are measured by steady clocks; a negative figure would be a bug
+// upstream, but must not corrupt the histogram's sum.
+double NonNegative(double seconds) { return seconds > 0 ? seconds : 0; }
+
+}  // namespace
+
+int SizeBucket(int64_t bytes_moved) {
+  int64_t bound = int64_t{1} << 20;
+  for (int bucket = 0; bucket < kNumSizeBuckets - 1; ++bucket, bound <<= 2) {
+    if (bytes_moved <= bound) return bucket;
+  }
+  return kNumSizeBuckets - 1;
+}
+
+absl::string_view SizeBucketName(int bucket) {
+  static constexpr absl::string_view kNames[kNumSizeBuckets] = {
+      "le_1MiB",   "le_4MiB", "le_16MiB", "le_64MiB",
+      "le_256MiB", "le_1GiB", "le_4GiB",  "gt_4GiB"};
+  return kNames[bucket];
+}
+
+PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
+                                                   const Backend& backend)
+    : have_copy_peak_(backend.device().measured_copy_bandwidth > 0) {
+  const DeviceInfo& device = backend.device();
+
+  // ---- Requests.
+  Family<Counter>& requests = registry->AddCounter(
+      "coalesce_requests_total", "RPCs answered, by op and gRPC status code.",
+      {"op", "code"});
+  Family<Histogram>& duration = registry->AddHistogram(
+      "coalesce_request_duration_seconds",
+      "Time from an RPC entering its handler to its return, errors included "
+      "(excludes gRPC transport and (de)serialization).",
+      {"op"}, DurationBuckets());
+  Family<Gauge>& in_flight = registry->AddGauge(
+      "coalesce_requests_in_flight", "RPCs inside their handler now.", {"op"});
+  Family<Counter>& request_bytes =
+      registry->AddCounter("coalesce_request_bytes_total",
+                           "Serialized size of the requests received.", {"op"});
+  Family<Counter>& response_bytes = registry->AddCounter(
+      "coalesce_response_bytes_total",
+      "Serialized size of the successful responses sent.", {"op"});
+  for (int r = 0; r < kNumRpcs; ++r) {
+    const Rpc rpc = static_cast<Rpc>(r);
+    const std::string op(RpcName(rpc));
+    for (int c = 0; c < kNumStatusCodes; ++c) {
+      requests_[r][c] = &requests.Add(
+          {op, absl::StatusCodeToString(static_cast<absl::StatusCode>(c))});
+    }
+    duration_[r] = &duration.Add({op});
+    in_flight_[r] = &in_flight.Add({op});
+    request_bytes_[r] = &request_bytes.Add({op});
+    response_bytes_[r] = &response_bytes.Add({op});
+  }
+
+  // ---- Where a kernel request's time goes.
+  Family<Gauge>& queued = registry->AddGauge(
+      "coalesce_requests_queued",
+      "Kernel RPCs in their handler that have not yet reached the backend "
+      "(decoding, selection, output allocation).",
+      {"op"});
+  Family<Histogram>& queue_seconds = registry->AddHistogram(
+      "coalesce_request_queue_seconds",
+      "Time from an RPC entering its handler to the backend starting it.",
+      {"op"}, StageBuckets());
+  Family<Histogram>& h2d_seconds = registry->AddHistogram(
+      "coalesce_request_h2d_seconds",
+      "Host-to-device copy time of a successful kernel RPC (0 on the CPU "
+      "backend, which computes in place).",
+      {"op"}, StageBuckets());
+  Family<Histogram>& d2h_seconds = registry->AddHistogram(
+      "coalesce_request_d2h_seconds",
+      "Device-to-host copy time of a successful kernel RPC (0 on the CPU "
+      "backend).",
+      {"op"}, StageBuckets());
+  for (int op = 0; op < kNumKernelRpcs; ++op) {
+    const std::vector<std::string> label = OpLabel(static_cast<Rpc>(op));
+    queued_[op] = &queued.Add(label);
+    queue_seconds_[op] = &queue_seconds.Add(label);
+    h2d_seconds_[op] = &h2d_seconds.Add(label);
+    d2h_seconds_[op] = &d2h_seconds.Add(label);
+  }
+
+  // ---- Kernels.
+  const std::vector<std::string> kernel_labels = {"op", "variant", "dtype",
+                                                  "size_bucket"};
+  kernel_seconds_ = &registry->AddHistogram(
+      "coalesce_kernel_seconds",
+      "Kernel time of a successful request as the backend timed it (CUDA "
+      "events on the GPU, a steady clock on the CPU).",
+      kernel_labels, StageBuckets());
+  kernel_bandwidth_ = &registry->AddHistogram(
+      "coalesce_kernel_bandwidth_bytes_per_second",
+      "Achieved bandwidth: the minimum bytes the op must move (inputs read "
+      "once, outputs written once) over the kernel time.",
+      kernel_labels, BandwidthBuckets());
+  if (have_copy_peak_) {
+    kernel_utilization_ = &registry->AddHistogram(
+        "coalesce_kernel_bandwidth_utilization_ratio",
+        "Achieved bandwidth as a fraction of the device's copy peak measured "
+        "at start-up.",
+        kernel_labels, UtilizationBuckets());
+  }
+  kernel_flops_ = &registry->AddHistogram(
+      "coalesce_kernel_flops_per_second",
+      "Achieved FLOP/s of GEMM kernels (2*m*n*k per matrix over the kernel "
+      "time).",
+      kernel_labels, FlopsBuckets());
+  kernel_occupancy_ = &registry->AddGauge(
+      "coalesce_kernel_theoretical_occupancy_ratio",
+      "Theoretical occupancy of the last launch (resident warps per SM over "
+      "the maximum, from the occupancy API and the launch configuration); "
+      "GPU variants only.",
+      kernel_labels);
+  kernel_waves_ = &registry->AddGauge(
+      "coalesce_kernel_waves",
+      "Waves of the last launch: blocks over (SMs x resident blocks per SM); "
+      "GPU variants only.",
+      kernel_labels);
+
+  // ---- Selection.
+  selections_ = &registry->AddCounter(
+      "coalesce_selections_total",
+      "Kernel variants chosen, by how they were chosen (source: forced by "
+      "the request, the tuning cache, the shipped table or the roofline "
+      "heuristic).",
+      {"op", "variant", "source"});
+  const std::vector<const KernelVariant*> variants = backend.registry().All();
+  selection_counters_ =
+      std::make_unique<std::array<Counter*, kNumSelectionSources>[]>(
+          variants.size());
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const KernelVariant* v = variants[i];
+    variant_index_[v] = static_cast<int>(i);
+    const std::string op(OpName(v->op()));
+    const std::string name(v->name());
+    for (int s = 0; s < kNumSelectionSources; ++s) {
+      selection_counters_[i][s] =
+          &selections_->Add({op, name, std::string(kSelectionSources[s])});
+    }
+  }
+  num_kernel_series_ = variants.size() * kNumDTypes * kNumSizeBuckets;
+  kernel_series_ =
+      std::make_unique<std::atomic<KernelSeries*>[]>(num_kernel_series_);
+  for (size_t i = 0; i < num_kernel_series_; ++i) {
+    kernel_series_[i].store(nullptr, std::memory_order_relaxed);
+  }
+
+  // ---- Device and build.
+  const std::vector<std::string> device_label = {device.name};
+  const bool cpu = device.backend == BackendKind::kCpu;
+  Family<Gauge>& memory_total = registry->AddGauge(
+      "coalesce_device_memory_total_bytes",
+      "Memory of the device (host MemTotal for the CPU backend).", {"device"});
+  memory_total.Add(device_label)
+      .Set(static_cast<double>(cpu ? HostMemoryBytes() : device.memory_bytes));
+  if (cpu) {
+    // The CUDA backend does not report its memory use to the server yet
+    // (docs/METRICS.md); on the CPU the process's resident set is the
+    // device memory in use.
+    Gauge& used = registry
+                      ->AddGauge("coalesce_device_memory_used_bytes",
+                                 "Device memory in use (the process's "
+                                 "resident set for the CPU backend).",
+                                 {"device"})
+                      .Add(device_label);
+    registry->AddCollectHook([&used] { used.Set(ProcessResidentBytes()); });
+    registry
+        ->AddGauge("coalesce_device_pinned_staging_bytes",
+                   "Pinned host memory held for staging copies (0: the CPU "
+                   "backend stages nothing).",
+                   {"device"})
+        .Add(device_label)
+        .Set(0);
+  }
+  if (have_copy_peak_) {
+    registry
+        ->AddGauge("coalesce_device_copy_peak_bytes_per_second",
+                   "Device copy bandwidth (read + write) measured at "
+                   "start-up: the peak the utilization ratio divides by.",
+                   {"device"})
+        .Add(device_label)
+        .Set(device.measured_copy_bandwidth);
+  }
+  registry
+      ->AddGauge("coalesce_build_info",
+                 "Build and backend of this server (value 1).",
+                 {"version", "git_sha", "backend"})
+      .Add({COALESCE_VERSION, COALESCE_GIT_SHA,
+            std::string(BackendName(device.backend))})
+      .Set(1);
+}
+
+PrometheusServiceMetrics::~PrometheusServiceMetrics() {
+  for (size_t i = 0; i < num_kernel_series_; ++i) {
+    delete kernel_series_[i].load(std::memory_order_relaxed);
+  }
+}
+
+void PrometheusServiceMetrics::RpcStarted(Rpc rpc) {
+  const int r = static_cast<int>(rpc);
+  in_flight_[r]->Increment();
+  if (RunsKernel(rpc)) queued_[r]->Increment();
+}
+
+int PrometheusServiceMetrics::VariantIndex(const KernelVariant* variant) const {
+  const auto it = variant_index_.find(variant);
+  if (it == variant_index_.end()) {
+    // Variants come from the backend's registry, fixed before the server
+    // starts: anything else is a programmer error.
+    std::fprintf(stderr, "metrics: variant %.*s is not the backend's\n",
+                 static_cast<int>(variant->name().size()),
+                 variant->name().data());
+    std::abort();
+  }
+  return it->second;
+}
+
+void PrometheusServiceMetrics::VariantSelected(const Selection& selection) {
+  const int v = VariantIndex(selection.variant);
+  for (int s = 0; s < kNumSelectionSources; ++s) {
+    if (selection.source == kSelectionSources[s]) {
+      selection_counters_[v][s]->Increment();
+      return;
+    }
+  }
+  selections_
+      ->Add({std::string(OpName(selection.variant->op())),
+             std::string(selection.variant->name()), selection.source})
+      .Increment();
+}
+
+void PrometheusServiceMetrics::BackendStarted(Rpc rpc, double queue_seconds) {
+  const int r = static_cast<int>(rpc);
+  queued_[r]->Decrement();
+  queue_seconds_[r]->Observe(NonNegative(queue_seconds));
+}
+
+PrometheusServiceMetrics::KernelSeries& PrometheusServiceMetrics::Series(
+    const KernelObservation& kernel) {
+  const int dtype = static_cast<int>(kernel.dtype);
+  const int size = SizeBucket(kernel.bytes_moved);
+  std::atomic<KernelSeries*>& slot =
+      kernel_series_[(VariantIndex(kernel.variant) * kNumDTypes + dtype) *
+                         kNumSizeBuckets +
+                     size];
+  KernelSeries* series = slot.load(std::memory_order_acquire);
+  if (series != nullptr) return *series;
+  // First use of this combination. Family::Add returns the same children to
+  // racing threads; the loser of the exchange frees only its own struct.
+  const std::vector<std::string> labels = {
+      std::string(OpName(kernel.op)), std::string(kernel.variant->name()),
+      std::string(DTypeName(kernel.dtype)), std::string(SizeBucketName(size))};
+  auto fresh = std::make_unique<KernelSeries>();
+  fresh->seconds = &kernel_seconds_->Add(labels);
+  fresh->bandwidth = &kernel_bandwidth_->Add(labels);
+  if (kernel_utilization_ != nullptr) {
+    fresh->utilization = &kernel_utilization_->Add(labels);
+  }
+  if (kernel.op == OpKind::kGemm) fresh->flops = &kernel_flops_->Add(labels);
+  if (slot.compare_exchange_strong(series, fresh.get(),
+                                   std::memory_order_acq_rel)) {
+    return *fresh.release();
+  }
+  return *series;
+}
+
+void PrometheusServiceMetrics::SetLaunchGauges(const KernelObservation& kernel,
+                                               KernelSeries& series) {
+  Gauge* occupancy = series.occupancy.load(std::memory_order_acquire);
+  Gauge* waves = series.waves.load(std::memory_order_acquire);
+  if (occupancy == nullptr || waves == nullptr) {
+    const std::vector<std::string> labels = {
+        std::string(OpName(kernel.op)), std::string(kernel.variant->name()),
+        std::string(DTypeName(kernel.dtype)),
+        std::string(SizeBucketName(SizeBucket(kernel.bytes_moved)))};
+    occupancy = &kernel_occupancy_->Add(labels);
+    waves = &kernel_waves_->Add(labels);
+    series.occupancy.store(occupancy, std::memory_order_release);
+    series.waves.store(waves, std::memory_order_release);
+  }
+  occupancy->Set(kernel.run.launch.theoretical_occupancy);
+  waves->Set(kernel.run.launch.waves);
+}
+
+void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
+  const int op = static_cast<int>(kernel.op);
+  h2d_seconds_[op]->Observe(NonNegative(kernel.run.h2d_seconds));
+  d2h_seconds_[op]->Observe(NonNegative(kernel.run.d2h_seconds));
+  KernelSeries& series = Series(kernel);
+  series.seconds->Observe(NonNegative(kernel.run.kernel_seconds));
+  if (kernel.bytes_per_second > 0) {
+    series.bandwidth->Observe(kernel.bytes_per_second);
+  }
+  if (series.utilization != nullptr && kernel.peak_fraction > 0) {
+    series.utilization->Observe(kernel.peak_fraction);
+  }
+  if (series.flops != nullptr && kernel.flops_per_second > 0) {
+    series.flops->Observe(kernel.flops_per_second);
+  }
+  // CPU variants launch nothing: no occupancy to report.
+  if (kernel.run.launch.launches > 0) SetLaunchGauges(kernel, series);
+}
+
+void PrometheusServiceMetrics::RpcFinished(const RpcOutcome& outcome) {
+  const int r = static_cast<int>(outcome.rpc);
+  int code = static_cast<int>(outcome.code);
+  if (code < 0 || code >= kNumStatusCodes) {
+    code = static_cast<int>(absl::StatusCode::kUnknown);
+  }
+  requests_[r][code]->Increment();
+  duration_[r]->Observe(NonNegative(outcome.seconds));
+  request_bytes_[r]->Increment(static_cast<double>(outcome.request_bytes));
+  response_bytes_[r]->Increment(static_cast<double>(outcome.response_bytes));
+  in_flight_[r]->Decrement();
+  if (RunsKernel(outcome.rpc) && !outcome.reached_backend) {
+    queued_[r]->Decrement();
+  }
+}
+
+}  // namespace coalesce::metrics

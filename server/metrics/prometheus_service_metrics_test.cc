@@ -1,0 +1,409 @@
+// The coalesce_* metrics through the real service: requests over an
+// in-process channel to a server built by BuildServer, then the registry's
+// exposition parsed and checked series by series against what the requests
+// and their KernelReports say. A backend that wraps the CPU backend and
+// reports a launch and copy times stands in for the GPU figures.
+#include "server/metrics/prometheus_service_metrics.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "coalesce/v1/tensor_ops.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "server/server.h"
+
+namespace coalesce {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// `name{a="x",...}` as the registry writes it (labels in family order).
+std::string Key(const std::string& name, const Labels& labels) {
+  if (labels.empty()) return name;
+  std::vector<std::string> parts;
+  for (const auto& [label, value] : labels) {
+    parts.push_back(absl::StrCat(label, "=\"", value, "\""));
+  }
+  return absl::StrCat(name, "{", absl::StrJoin(parts, ","), "}");
+}
+
+// Sample lines of an exposition, by series. Every line must be a comment or
+// `series value`.
+std::map<std::string, double> Parse(const std::string& text) {
+  std::map<std::string, double> samples;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    EXPECT_NE(space, absl::string_view::npos) << line;
+    samples[std::string(line.substr(0, space))] =
+        std::stod(std::string(line.substr(space + 1)));
+  }
+  return samples;
+}
+
+v1::Tensor RandomTensor(const std::vector<int64_t>& shape, std::mt19937* rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> values(n);
+  for (float& v : values) v = uniform(*rng);
+  v1::Tensor t;
+  t.set_dtype(v1::DATA_TYPE_FLOAT32);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_raw(values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+// Wraps the CPU backend and reports what a GPU backend would: a launch with
+// its occupancy and waves, copy times, and a measured copy peak.
+class LaunchingBackend final : public Backend {
+ public:
+  static constexpr double kCopyPeak = 1e10;
+  static constexpr double kOccupancy = 0.75;
+  static constexpr double kWaves = 2.5;
+  static constexpr double kH2d = 0.001;
+  static constexpr double kD2h = 0.002;
+
+  LaunchingBackend() : cpu_(CreateCpuBackend(2)), device_(cpu_->device()) {
+    device_.measured_copy_bandwidth = kCopyPeak;
+  }
+  BackendKind kind() const override { return cpu_->kind(); }
+  const DeviceInfo& device() const override { return device_; }
+  const VariantRegistry& registry() const override { return cpu_->registry(); }
+  absl::Status Execute(const KernelVariant& v, const Problem& p,
+                       const Operands& host, RunResult* result) override {
+    const absl::Status status = cpu_->Execute(v, p, host, result);
+    result->h2d_seconds = kH2d;
+    result->d2h_seconds = kD2h;
+    result->launch.launches = 1;
+    result->launch.theoretical_occupancy = kOccupancy;
+    result->launch.waves = kWaves;
+    return status;
+  }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+  DeviceInfo device_;
+};
+
+class ServiceMetricsTest : public testing::Test {
+ protected:
+  void Start(std::unique_ptr<Backend> backend) {
+    stub_.reset();
+    server_.reset();  // before the backend it serves
+    backend_ = std::move(backend);
+    ServerConfig config;
+    config.listen = "";  // in-process only
+    absl::StatusOr<std::unique_ptr<RunningServer>> server =
+        BuildServer(config, backend_.get(), "test");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    stub_ = v1::TensorOps::NewStub(server_->InProcessChannel(args));
+  }
+  void SetUp() override { Start(CreateCpuBackend(2)); }
+
+  std::map<std::string, double> Scrape() {
+    return Parse(server_->registry->Serialize());
+  }
+
+  v1::TransposeRequest Transpose(int64_t rows, int64_t cols) {
+    v1::TransposeRequest request;
+    *request.mutable_input() = RandomTensor({rows, cols}, &rng_);
+    request.mutable_options()->set_report(true);
+    return request;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<RunningServer> server_;
+  std::unique_ptr<v1::TensorOps::Stub> stub_;
+  std::mt19937 rng_{7};
+};
+
+TEST(SizeBucketTest, PowersOfFourFromOneMebibyte) {
+  using metrics::SizeBucket;
+  using metrics::SizeBucketName;
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  EXPECT_EQ(SizeBucketName(SizeBucket(0)), "le_1MiB");
+  EXPECT_EQ(SizeBucketName(SizeBucket(kMiB)), "le_1MiB");
+  EXPECT_EQ(SizeBucketName(SizeBucket(kMiB + 1)), "le_4MiB");
+  EXPECT_EQ(SizeBucketName(SizeBucket(64 * kMiB)), "le_64MiB");
+  EXPECT_EQ(SizeBucketName(SizeBucket(1024 * kMiB)), "le_1GiB");
+  EXPECT_EQ(SizeBucketName(SizeBucket(4096 * kMiB)), "le_4GiB");
+  EXPECT_EQ(SizeBucketName(SizeBucket(4096 * kMiB + 1)), "gt_4GiB");
+  EXPECT_EQ(SizeBucket(int64_t{1} << 62), metrics::kNumSizeBuckets - 1);
+}
+
+TEST_F(ServiceMetricsTest, SeriesExistBeforeAnyRequest) {
+  const std::map<std::string, double> s = Scrape();
+  for (const char* op : {"transpose", "gemm", "convert_layout",
+                         "gelu_layer_norm", "get_server_info"}) {
+    for (const char* code : {"OK", "INVALID_ARGUMENT", "UNIMPLEMENTED",
+                             "RESOURCE_EXHAUSTED", "INTERNAL", "UNAVAILABLE"}) {
+      EXPECT_EQ(
+          s.at(Key("coalesce_requests_total", {{"op", op}, {"code", code}})),
+          0);
+    }
+    EXPECT_EQ(s.at(Key("coalesce_requests_in_flight", {{"op", op}})), 0);
+    EXPECT_EQ(
+        s.at(Key("coalesce_request_duration_seconds_count", {{"op", op}})), 0);
+  }
+  const std::string device = backend_->device().name;
+  EXPECT_GT(
+      s.at(Key("coalesce_device_memory_used_bytes", {{"device", device}})),
+      1 << 20);
+  EXPECT_GT(
+      s.at(Key("coalesce_device_memory_total_bytes", {{"device", device}})),
+      s.at(Key("coalesce_device_memory_used_bytes", {{"device", device}})));
+  EXPECT_EQ(
+      s.at(Key("coalesce_device_pinned_staging_bytes", {{"device", device}})),
+      0);
+  EXPECT_EQ(s.at(Key("coalesce_build_info", {{"version", COALESCE_VERSION},
+                                             {"git_sha", COALESCE_GIT_SHA},
+                                             {"backend", "cpu"}})),
+            1);
+  // Selection counters of every variant, by both sources.
+  for (const KernelVariant* v : backend_->registry().All()) {
+    for (const char* source : {"forced", "cache", "table", "heuristic"}) {
+      EXPECT_EQ(s.count(Key("coalesce_selections_total",
+                            {{"op", std::string(OpName(v->op()))},
+                             {"variant", std::string(v->name())},
+                             {"source", source}})),
+                1u);
+    }
+  }
+  EXPECT_EQ(s.at(Key("coalesce_device_copy_peak_bytes_per_second",
+                     {{"device", device}})),
+            backend_->device().measured_copy_bandwidth);
+  // Kernel series appear with the first kernel of their combination.
+  EXPECT_THAT(server_->registry->Serialize(),
+              Not(HasSubstr("coalesce_kernel_seconds_bucket")));
+}
+
+TEST_F(ServiceMetricsTest, EveryOpIsObserved) {
+  grpc::ClientContext c1, c2, c3, c4, c5;
+  const v1::TransposeRequest transpose = Transpose(64, 96);
+  v1::TransposeResponse transposed;
+  ASSERT_TRUE(stub_->Transpose(&c1, transpose, &transposed).ok());
+
+  v1::GemmRequest gemm;
+  *gemm.mutable_a() = RandomTensor({16, 32}, &rng_);
+  *gemm.mutable_b() = RandomTensor({32, 8}, &rng_);
+  gemm.mutable_options()->set_report(true);
+  v1::GemmResponse gemm_out;
+  ASSERT_TRUE(stub_->Gemm(&c2, gemm, &gemm_out).ok());
+
+  v1::ConvertLayoutRequest layout;
+  *layout.mutable_input() = RandomTensor({2, 3, 4, 5}, &rng_);
+  layout.mutable_layouts()->set_from(v1::LAYOUT_NCHW);
+  layout.mutable_layouts()->set_to(v1::LAYOUT_NHWC);
+  layout.mutable_options()->set_report(true);
+  v1::ConvertLayoutResponse layout_out;
+  ASSERT_TRUE(stub_->ConvertLayout(&c3, layout, &layout_out).ok());
+
+  v1::GeluLayerNormRequest ln;
+  *ln.mutable_x() = RandomTensor({8, 64}, &rng_);
+  ln.mutable_options()->set_report(true);
+  v1::GeluLayerNormResponse ln_out;
+  ASSERT_TRUE(stub_->GeluLayerNorm(&c4, ln, &ln_out).ok());
+
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(
+      stub_->GetServerInfo(&c5, v1::GetServerInfoRequest(), &info).ok());
+
+  const std::map<std::string, double> s = Scrape();
+  struct Case {
+    const char* op;
+    const google::protobuf::Message& request;
+    const google::protobuf::Message& response;
+    const v1::KernelReport* report;
+  };
+  for (const Case& c :
+       {Case{"transpose", transpose, transposed, &transposed.report()},
+        Case{"gemm", gemm, gemm_out, &gemm_out.report()},
+        Case{"convert_layout", layout, layout_out, &layout_out.report()},
+        Case{"gelu_layer_norm", ln, ln_out, &ln_out.report()},
+        Case{"get_server_info", v1::GetServerInfoRequest(), info, nullptr}}) {
+    SCOPED_TRACE(c.op);
+    const Labels op = {{"op", c.op}};
+    EXPECT_EQ(
+        s.at(Key("coalesce_requests_total", {{"op", c.op}, {"code", "OK"}})),
+        1);
+    EXPECT_EQ(s.at(Key("coalesce_request_duration_seconds_count", op)), 1);
+    EXPECT_GT(s.at(Key("coalesce_request_duration_seconds_sum", op)), 0);
+    EXPECT_EQ(s.at(Key("coalesce_requests_in_flight", op)), 0);
+    EXPECT_EQ(s.at(Key("coalesce_request_bytes_total", op)),
+              c.request.ByteSizeLong());
+    EXPECT_EQ(s.at(Key("coalesce_response_bytes_total", op)),
+              c.response.ByteSizeLong());
+    if (c.report == nullptr) continue;
+    EXPECT_EQ(s.at(Key("coalesce_requests_queued", op)), 0);
+    EXPECT_EQ(s.at(Key("coalesce_request_queue_seconds_count", op)), 1);
+    // The CPU backend copies nothing.
+    EXPECT_EQ(s.at(Key("coalesce_request_h2d_seconds_sum", op)), 0);
+    EXPECT_EQ(s.at(Key("coalesce_request_d2h_seconds_count", op)), 1);
+    const Labels kernel = {{"op", c.op},
+                           {"variant", c.report->variant()},
+                           {"dtype", "float32"},
+                           {"size_bucket", "le_1MiB"}};
+    // The exported figures are the report's, to the last bit.
+    EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_count", kernel)), 1);
+    EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_sum", kernel)),
+              c.report->kernel_seconds());
+    EXPECT_EQ(
+        s.at(Key("coalesce_kernel_bandwidth_bytes_per_second_sum", kernel)),
+        c.report->achieved_bytes_per_second());
+    EXPECT_GT(c.report->achieved_bytes_per_second(), 0);
+    EXPECT_EQ(
+        s.at(Key("coalesce_kernel_bandwidth_utilization_ratio_sum", kernel)),
+        c.report->peak_bandwidth_fraction());
+    EXPECT_GT(c.report->peak_bandwidth_fraction(), 0);
+    EXPECT_EQ(
+        s.at(Key("coalesce_selections_total", {{"op", c.op},
+                                               {"variant", c.report->variant()},
+                                               {"source", "heuristic"}})),
+        1);
+    const std::string flops =
+        Key("coalesce_kernel_flops_per_second_sum", kernel);
+    if (std::string(c.op) == "gemm") {
+      EXPECT_EQ(s.at(flops), c.report->achieved_flops_per_second());
+    } else {
+      EXPECT_EQ(s.count(flops), 0u);
+    }
+  }
+  // CPU variants report no launch.
+  EXPECT_THAT(server_->registry->Serialize(),
+              Not(HasSubstr("coalesce_kernel_theoretical_occupancy_ratio{")));
+}
+
+TEST_F(ServiceMetricsTest, ErrorsAreCountedByCode) {
+  {
+    grpc::ClientContext context;
+    v1::TransposeResponse response;
+    // No input at all: rejected by the codec.
+    EXPECT_EQ(stub_->Transpose(&context, v1::TransposeRequest(), &response)
+                  .error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext context;
+    v1::TransposeRequest request = Transpose(4, 4);
+    request.mutable_options()->set_variant("transpose.cpu.no_such_variant");
+    v1::TransposeResponse response;
+    // Rejected by selection, after decoding.
+    EXPECT_EQ(stub_->Transpose(&context, request, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  const std::map<std::string, double> s = Scrape();
+  EXPECT_EQ(s.at(Key("coalesce_requests_total",
+                     {{"op", "transpose"}, {"code", "INVALID_ARGUMENT"}})),
+            2);
+  EXPECT_EQ(s.at(Key("coalesce_requests_total",
+                     {{"op", "transpose"}, {"code", "OK"}})),
+            0);
+  EXPECT_EQ(s.at(Key("coalesce_request_duration_seconds_count",
+                     {{"op", "transpose"}})),
+            2);
+  EXPECT_EQ(s.at(Key("coalesce_response_bytes_total", {{"op", "transpose"}})),
+            0);
+  EXPECT_GT(s.at(Key("coalesce_request_bytes_total", {{"op", "transpose"}})),
+            64);
+  // Neither reached the backend, and neither is left queued.
+  EXPECT_EQ(s.at(Key("coalesce_requests_queued", {{"op", "transpose"}})), 0);
+  EXPECT_EQ(
+      s.at(Key("coalesce_request_queue_seconds_count", {{"op", "transpose"}})),
+      0);
+}
+
+TEST_F(ServiceMetricsTest, ForcedVariantsAreCountedAsForced) {
+  const std::string variant(
+      backend_->registry().ForOp(OpKind::kTranspose)[0]->name());
+  grpc::ClientContext context;
+  v1::TransposeRequest request = Transpose(8, 8);
+  request.mutable_options()->set_variant(variant);
+  v1::TransposeResponse response;
+  ASSERT_TRUE(stub_->Transpose(&context, request, &response).ok());
+  const std::map<std::string, double> s = Scrape();
+  EXPECT_EQ(s.at(Key("coalesce_selections_total", {{"op", "transpose"},
+                                                   {"variant", variant},
+                                                   {"source", "forced"}})),
+            1);
+}
+
+TEST_F(ServiceMetricsTest, ConcurrentRequestsAreAllCounted) {
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 20;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([this, t] {
+      std::mt19937 rng(t);
+      v1::TransposeRequest request;
+      *request.mutable_input() = RandomTensor({32, 32 + t}, &rng);
+      for (int i = 0; i < kPerThread; ++i) {
+        grpc::ClientContext context;
+        v1::TransposeResponse response;
+        EXPECT_TRUE(stub_->Transpose(&context, request, &response).ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const std::map<std::string, double> s = Scrape();
+  EXPECT_EQ(s.at(Key("coalesce_requests_total",
+                     {{"op", "transpose"}, {"code", "OK"}})),
+            kThreads * kPerThread);
+  EXPECT_EQ(s.at(Key("coalesce_requests_in_flight", {{"op", "transpose"}})), 0);
+  EXPECT_EQ(s.at(Key("coalesce_requests_queued", {{"op", "transpose"}})), 0);
+  EXPECT_EQ(
+      s.at(Key("coalesce_request_h2d_seconds_count", {{"op", "transpose"}})),
+      kThreads * kPerThread);
+}
+
+TEST_F(ServiceMetricsTest, LaunchFiguresAndCopyPeakWhenTheBackendHasThem) {
+  Start(std::make_unique<LaunchingBackend>());
+  grpc::ClientContext context;
+  v1::TransposeResponse response;
+  ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
+  const v1::KernelReport& report = response.report();
+  const std::map<std::string, double> s = Scrape();
+  const Labels kernel = {{"op", "transpose"},
+                         {"variant", report.variant()},
+                         {"dtype", "float32"},
+                         {"size_bucket", "le_1MiB"}};
+  EXPECT_EQ(s.at(Key("coalesce_kernel_theoretical_occupancy_ratio", kernel)),
+            LaunchingBackend::kOccupancy);
+  EXPECT_EQ(s.at(Key("coalesce_kernel_waves", kernel)),
+            LaunchingBackend::kWaves);
+  EXPECT_EQ(
+      s.at(Key("coalesce_kernel_bandwidth_utilization_ratio_sum", kernel)),
+      report.peak_bandwidth_fraction());
+  EXPECT_DOUBLE_EQ(
+      report.peak_bandwidth_fraction(),
+      report.achieved_bytes_per_second() / LaunchingBackend::kCopyPeak);
+  EXPECT_EQ(
+      s.at(Key("coalesce_request_h2d_seconds_sum", {{"op", "transpose"}})),
+      LaunchingBackend::kH2d);
+  EXPECT_EQ(
+      s.at(Key("coalesce_request_d2h_seconds_sum", {{"op", "transpose"}})),
+      LaunchingBackend::kD2h);
+  EXPECT_EQ(s.at(Key("coalesce_device_copy_peak_bytes_per_second",
+                     {{"device", backend_->device().name}})),
+            LaunchingBackend::kCopyPeak);
+}
+
+}  // namespace
+}  // namespace coalesce
