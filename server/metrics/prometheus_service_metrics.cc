@@ -196,19 +196,19 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   }
   kernel_flops_ = &registry->AddHistogram(
       "coalesce_kernel_flops_per_second",
-      "Achieved FLOP/s of GEMM kernels (2*m*n*k per matrix over the kernel "
-      "time).",
+      "Achieved FLOP/s of GEMM kernels: 2*m*n*k plus the alpha/beta "
+      "epilogue per matrix, over the kernel time.",
       kernel_labels, FlopsBuckets());
   kernel_occupancy_ = &registry->AddGauge(
       "coalesce_kernel_theoretical_occupancy_ratio",
-      "Theoretical occupancy of the last launch (resident warps per SM over "
-      "the maximum, from the occupancy API and the launch configuration); "
-      "GPU variants only.",
+      "Theoretical occupancy of the last request's largest launch (resident "
+      "warps per SM over the maximum, from the occupancy API and the launch "
+      "configuration); GPU variants only.",
       kernel_labels);
   kernel_waves_ = &registry->AddGauge(
       "coalesce_kernel_waves",
-      "Waves of the last launch: blocks over (SMs x resident blocks per SM); "
-      "GPU variants only.",
+      "Waves of the last request's largest launch: blocks over (SMs x "
+      "resident blocks per SM); GPU variants only.",
       kernel_labels);
 
   // ---- Selection.
