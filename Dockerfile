@@ -41,8 +41,9 @@ RUN apt-get update -qq \
 COPY --from=build /build/server/coalesce-server /build/client/coalesce \
      /usr/local/bin/
 # Fails the build if any shared library is missing.
-RUN ! ldd /usr/local/bin/coalesce-server /usr/local/bin/coalesce \
-      | grep "not found"
+RUN missing=$(ldd /usr/local/bin/coalesce-server /usr/local/bin/coalesce \
+                | grep "not found" || true); \
+    test -z "$missing" || { echo "$missing"; exit 1; }
 RUN useradd --system --no-create-home --shell /usr/sbin/nologin coalesce
 USER coalesce
 # Idle OpenMP workers of the CPU backend sleep instead of spinning.
