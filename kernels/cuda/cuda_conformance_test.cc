@@ -4,6 +4,7 @@
 // no CUDA device is visible.
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <memory>
 
 #include "kernels/core/permute.h"
@@ -36,8 +37,9 @@ class CudaConformance : public ::testing::Test {
 Backend* CudaConformance::backend_ = nullptr;
 std::string* CudaConformance::skip_reason_ = nullptr;
 
-// Shapes the issue names for the GPU on top of the shared edge cases: 4097
-// (one past a tile multiple), C = 3 images, batched odd sizes.
+// Shapes the issues name for the GPU on top of the shared edge cases: 4097
+// (one past a tile multiple), C = 3 images, batched odd sizes; GELU-LN rows
+// from 1 to 16384 wide.
 std::vector<Problem> ExtraProblems(OpKind op, DType t) {
   std::vector<Problem> out;
   if (op == OpKind::kTranspose) {
@@ -74,6 +76,36 @@ std::vector<Problem> ExtraProblems(OpKind op, DType t) {
     add({3, 5, 7, 64, 2, 3}, {5, 4, 3, 2, 1, 0}, LayoutKind::kPermute);
     add({8, 33, 40}, {1, 0, 2}, LayoutKind::kPermute);
   }
+  if (op == OpKind::kGeluLayerNorm) {
+    // The issue's widths and the kernels' edges: 1023/1024 (warp_per_row's
+    // largest rows, scalar and vector), 2049, 6144, 16383/16384
+    // (block_per_row's capacity buckets, scalar and 16-byte packs), 8191
+    // and 7 (tails). Eight flag sets per width that turn each of the six
+    // flags (bias, residual, gamma, beta, tanh, return_pre_norm) both on
+    // and off; a few rows each (a row index = 3 mod 4 gets the large mean)
+    // so the float64 reference stays fast.
+    constexpr int kFlagSets[] = {0b000000, 0b111111, 0b010101, 0b101010,
+                                 0b001111, 0b110000, 0b100110, 0b011001};
+    constexpr int64_t kRows[] = {3, 5, 17, 33, 65, 4, 64, 7};
+    constexpr int64_t kHiddens[] = {1,    7,    768,  1000,  1023,  1024, 2049,
+                                    4096, 6144, 8191, 12288, 16383, 16384};
+    for (size_t w = 0; w < std::size(kHiddens); ++w) {
+      for (size_t f = 0; f < std::size(kFlagSets); ++f) {
+        const int flags = kFlagSets[f];
+        GeluLnProblem p;
+        p.dtype = t;
+        p.hidden = kHiddens[w];
+        p.rows = kRows[(w + f) % std::size(kRows)];
+        p.has_bias = flags & 1;
+        p.has_residual = flags & 2;
+        p.has_gamma = flags & 4;
+        p.has_beta = flags & 8;
+        p.approx = (flags & 16) ? GeluApprox::kTanh : GeluApprox::kExact;
+        p.return_pre_norm = flags & 32;
+        out.push_back(p);
+      }
+    }
+  }
   return out;
 }
 
@@ -99,7 +131,8 @@ TEST_F(CudaConformance, EveryVariantMatchesTheReference) {
 }
 
 TEST_F(CudaConformance, EveryOpHasACudaVariant) {
-  for (OpKind op : {OpKind::kTranspose, OpKind::kConvertLayout}) {
+  for (OpKind op : {OpKind::kTranspose, OpKind::kConvertLayout,
+                    OpKind::kGeluLayerNorm}) {
     EXPECT_FALSE(backend_->registry().ForOp(op).empty()) << OpName(op);
   }
 }

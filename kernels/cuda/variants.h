@@ -17,4 +17,11 @@ std::unique_ptr<KernelVariant> MakePermuteVariant(PermuteKernel k);
 // batched 2-D transpose, run by the transpose kernel k.
 std::unique_ptr<KernelVariant> MakeLayoutTransposeVariant(TransposeKernel k);
 
+// gelu_layer_norm.cuda.unfused: three kernels through a float32 temporary.
+std::unique_ptr<KernelVariant> MakeGeluLnUnfusedVariant();
+// gelu_layer_norm.cuda.warp_per_row: fused, hidden <= 1024.
+std::unique_ptr<KernelVariant> MakeGeluLnWarpPerRowVariant();
+// gelu_layer_norm.cuda.block_per_row: fused, hidden <= 16384.
+std::unique_ptr<KernelVariant> MakeGeluLnBlockPerRowVariant();
+
 }  // namespace coalesce::cuda

@@ -1,0 +1,131 @@
+// gelu_layer_norm.cuda.warp_per_row: one warp per row, the row held in
+// registers (hidden <= 1024: at most 32 float32 values per lane), so x and
+// residual cross memory once and y (and h) once, and both reductions are
+// warp shuffles with no shared memory and no barrier. Packs of 16 bytes
+// where every row is 16-byte aligned, coalesced scalar accesses otherwise.
+//
+// ptxas (sm_90, CUDA 13.0, -Xptxas -v): 0-byte stack frames, no spills, no
+// shared memory; registers per thread by slots per lane (slots of 4 float32
+// or 8 16-bit elements), erf / tanh where they differ:
+//   float32 vector, 1/2/4/8 slots:  28/32, 37/32, 56, 96
+//   float32 scalar, 1/2/4/8 slots:  32, 40/48, 64, 119
+//   16-bit vector, 1/2/4 slots:     31/32, 55/48, 96
+//   16-bit scalar, 1/2/4 slots:     40, 64, 109-110
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gelu_ln_kernels.cuh"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/variants.h"
+
+namespace coalesce::cuda {
+namespace {
+
+using gelu_ln::Args;
+
+// Longest row one warp holds in registers: 32 floats per lane.
+constexpr int64_t kMaxHidden = 1024;
+// Four rows per block: small enough that a few dozen rows still spread over
+// many SMs, whole warps so that no row straddles blocks.
+constexpr int kWarpsPerBlock = 4;
+constexpr int kThreads = 32 * kWarpsPerBlock;
+// Leads until measured on the H200: the fraction of the copy roofline a
+// one-pass, register-resident row should reach (as the vec16 copies do),
+// less for the scalar path (four or eight times the memory instructions).
+// 16-bit rows take about 55 instructions per element where the memory rate
+// allows some 40 to 55: they may fall short.
+constexpr double kVectorEfficiency = 0.8;
+constexpr double kScalarEfficiency = 0.6;
+
+template <typename Io, int kVecs, bool kVector, bool kTanh>
+__global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  // The loop bound is uniform per warp, as the shuffles require.
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock +
+                     (threadIdx.x >> 5);
+       row < a.rows; row += stride) {
+    gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, 32>(a, row, lane,
+                                                      gelu_ln::WarpReducer{});
+  }
+}
+
+template <typename Io, int kVecs, bool kVector, bool kTanh>
+absl::Status LaunchWarp(const Args& a, ExecContext& ctx) {
+  const dim3 block(kThreads);
+  const dim3 grid(static_cast<unsigned>(
+      std::min<int64_t>(CeilDiv(a.rows, kWarpsPerBlock), 0x7fffffff)));
+  auto* kernel = GeluLnWarpKernel<Io, kVecs, kVector, kTanh>;
+  kernel<<<grid, block, 0, StreamOf(ctx)>>>(a);
+  RecordLaunch(kernel, grid, block, 0, ctx);
+  COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+// The smallest power-of-two slot count per lane that holds the row: a row
+// of 768 float32 values takes 8 slots of 4, of which 6 are used.
+template <typename Io, bool kVector, bool kTanh, int kVecs = 1>
+absl::Status DispatchVecs(const Args& a, ExecContext& ctx) {
+  if constexpr (kVecs * Io::kPack * 32 < kMaxHidden) {
+    if (a.hidden > kVecs * Io::kPack * 32) {
+      return DispatchVecs<Io, kVector, kTanh, 2 * kVecs>(a, ctx);
+    }
+  }
+  return LaunchWarp<Io, kVecs, kVector, kTanh>(a, ctx);
+}
+
+template <typename Io, bool kVector>
+absl::Status DispatchApprox(const Args& a, ExecContext& ctx) {
+  return a.use_tanh ? DispatchVecs<Io, kVector, true>(a, ctx)
+                    : DispatchVecs<Io, kVector, false>(a, ctx);
+}
+
+class GeluLnWarpPerRowVariant final
+    : public TypedVariant<GeluLnProblem, OpKind::kGeluLayerNorm,
+                          BackendKind::kCuda> {
+ public:
+  absl::string_view name() const override {
+    return "gelu_layer_norm.cuda.warp_per_row";
+  }
+  absl::string_view description() const override {
+    return "fused, one warp per row held in registers (hidden <= 1024), "
+           "16-byte packs, two-pass warp-shuffle mean and variance";
+  }
+
+ protected:
+  absl::Status CanImplementTyped(const GeluLnProblem& p,
+                                 const DeviceInfo&) const override {
+    if (p.hidden > kMaxHidden) {
+      return absl::UnimplementedError(
+          "warp_per_row holds a row in one warp's registers: hidden <= 1024");
+    }
+    return absl::OkStatus();
+  }
+  double Efficiency(const Problem& problem, const DeviceInfo&) const override {
+    const auto& p = std::get<GeluLnProblem>(problem);
+    return p.hidden * static_cast<int64_t>(ElementSize(p.dtype)) % 16 == 0
+               ? kVectorEfficiency
+               : kScalarEfficiency;
+  }
+  absl::Status RunTyped(const GeluLnProblem& p, const Operands& ops,
+                        ExecContext& ctx) const override {
+    if (p.rows == 0 || p.hidden == 0) return absl::OkStatus();
+    const Args a = gelu_ln::ArgsOf(p, ops);
+    const bool vector = gelu_ln::Vectorizable(a, p.dtype);
+    return gelu_ln::DispatchIo(p.dtype, [&](auto io) {
+      using Io = decltype(io);
+      return vector ? DispatchApprox<Io, true>(a, ctx)
+                    : DispatchApprox<Io, false>(a, ctx);
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelVariant> MakeGeluLnWarpPerRowVariant() {
+  return std::make_unique<GeluLnWarpPerRowVariant>();
+}
+
+}  // namespace coalesce::cuda
