@@ -17,6 +17,9 @@ void RegisterCudaVariants(VariantRegistry& r) {
   r.Add(cuda::MakePermuteVariant(PermuteKernel::kTiled));
   r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kVec16));
   r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kSmallDim));
+  r.Add(cuda::MakeGemmNaiveVariant());
+  r.Add(cuda::MakeGemmSmemTiledVariant());
+  r.Add(cuda::MakeGemmRegTiledVariant());
   r.Add(cuda::MakeGeluLnUnfusedVariant());
   r.Add(cuda::MakeGeluLnWarpPerRowVariant());
   r.Add(cuda::MakeGeluLnBlockPerRowVariant());

@@ -17,6 +17,13 @@ std::unique_ptr<KernelVariant> MakePermuteVariant(PermuteKernel k);
 // batched 2-D transpose, run by the transpose kernel k.
 std::unique_ptr<KernelVariant> MakeLayoutTransposeVariant(TransposeKernel k);
 
+// gemm.cuda.*: batched D = alpha * op(A) * op(B) + beta * C, one file each
+// (gemm_<variant>.cu, gemm_cublaslt.cc); CanImplement states each one's
+// constraints.
+std::unique_ptr<KernelVariant> MakeGemmNaiveVariant();
+std::unique_ptr<KernelVariant> MakeGemmSmemTiledVariant();
+std::unique_ptr<KernelVariant> MakeGemmRegTiledVariant();
+
 // gelu_layer_norm.cuda.unfused: three kernels through a float32 temporary.
 std::unique_ptr<KernelVariant> MakeGeluLnUnfusedVariant();
 // gelu_layer_norm.cuda.warp_per_row: fused, hidden <= 1024.
