@@ -20,6 +20,9 @@ void RegisterCudaVariants(VariantRegistry& r) {
   r.Add(cuda::MakeGemmNaiveVariant());
   r.Add(cuda::MakeGemmSmemTiledVariant());
   r.Add(cuda::MakeGemmRegTiledVariant());
+  r.Add(cuda::MakeGemmTensorCoreVariant());
+  r.Add(cuda::MakeGemmWgmmaVariant());
+  r.Add(cuda::MakeGemmCublasLtVariant());
   r.Add(cuda::MakeGeluLnUnfusedVariant());
   r.Add(cuda::MakeGeluLnWarpPerRowVariant());
   r.Add(cuda::MakeGeluLnBlockPerRowVariant());

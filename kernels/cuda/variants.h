@@ -23,6 +23,9 @@ std::unique_ptr<KernelVariant> MakeLayoutTransposeVariant(TransposeKernel k);
 std::unique_ptr<KernelVariant> MakeGemmNaiveVariant();
 std::unique_ptr<KernelVariant> MakeGemmSmemTiledVariant();
 std::unique_ptr<KernelVariant> MakeGemmRegTiledVariant();
+std::unique_ptr<KernelVariant> MakeGemmTensorCoreVariant();
+std::unique_ptr<KernelVariant> MakeGemmWgmmaVariant();
+std::unique_ptr<KernelVariant> MakeGemmCublasLtVariant();
 
 // gelu_layer_norm.cuda.unfused: three kernels through a float32 temporary.
 std::unique_ptr<KernelVariant> MakeGeluLnUnfusedVariant();
