@@ -37,6 +37,71 @@ class CudaConformance : public ::testing::Test {
 Backend* CudaConformance::backend_ = nullptr;
 std::string* CudaConformance::skip_reason_ = nullptr;
 
+// GEMM cases of the issue on top of the shared ones (which hold 1x1x1 and
+// 7x13x5 with every transpose): 257x129x65, one past tile multiples, with
+// every transpose; edges whose rows are whole 16-byte chunks so that the
+// cp.async and TMA variants run them too (264x136x72 with every transpose,
+// and 257x129x72 / 4097x4095x136 with B transposed: odd m and n, k-tails);
+// skinny panels; batches with a broadcast A; TF32 for float32; and the
+// large 4097x4095x129 for the 16-bit types only (its float64 reference is
+// the slow part of this suite).
+std::vector<Problem> GemmExtraProblems(DType t) {
+  auto gemm = [t](int64_t batch, int64_t m, int64_t n, int64_t k, bool ta,
+                  bool tb) {
+    GemmProblem g;
+    g.dtype = t;
+    g.batch = batch;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.trans_a = ta;
+    g.trans_b = tb;
+    if (batch > 1) {
+      g.stride_a = m * k;
+      g.stride_b = k * n;
+      g.stride_c = m * n;
+    }
+    return g;
+  };
+  auto with_c = [](GemmProblem g, float alpha, float beta) {
+    g.has_c = true;
+    g.alpha = alpha;
+    g.beta = beta;
+    return g;
+  };
+  auto tf32 = [](GemmProblem g) {
+    g.allow_tf32 = true;
+    return g;
+  };
+  const bool f32 = t == DType::kFloat32;
+  std::vector<Problem> out;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      GemmProblem odd = gemm(1, 257, 129, 65, ta, tb);
+      odd.alpha = -0.75f;
+      out.push_back(odd);
+      out.push_back(with_c(gemm(1, 264, 136, 72, ta, tb), 1.5f, -0.5f));
+      if (f32) out.push_back(tf32(with_c(gemm(1, 264, 136, 72, ta, tb), 1, 1)));
+    }
+  }
+  out.push_back(with_c(gemm(1, 257, 129, 72, false, true), 0.5f, 2.0f));
+  out.push_back(gemm(1, 16, 4096, 512, false, false));
+  out.push_back(with_c(gemm(1, 4096, 16, 512, false, false), 1.0f, 1.0f));
+  GemmProblem bcast_a =
+      with_c(gemm(3, 100, 136, 72, false, false), 1.25f, 0.75f);
+  bcast_a.stride_a = 0;
+  out.push_back(bcast_a);
+  out.push_back(gemm(3, 64, 72, 128, true, false));
+  if (f32) {
+    out.push_back(tf32(gemm(1, 257, 129, 65, false, false)));
+    out.push_back(tf32(gemm(1, 16, 4096, 512, false, false)));
+  } else {
+    out.push_back(gemm(1, 4097, 4095, 129, false, false));
+    out.push_back(with_c(gemm(1, 4097, 4095, 136, false, true), 1.0f, -1.0f));
+  }
+  return out;
+}
+
 // Shapes the issues name for the GPU on top of the shared edge cases: 4097
 // (one past a tile multiple), C = 3 images, batched odd sizes; GELU-LN rows
 // from 1 to 16384 wide.
@@ -75,6 +140,9 @@ std::vector<Problem> ExtraProblems(OpKind op, DType t) {
     add({6, 10, 12, 14, 16}, {4, 1, 3, 0, 2}, LayoutKind::kPermute);
     add({3, 5, 7, 64, 2, 3}, {5, 4, 3, 2, 1, 0}, LayoutKind::kPermute);
     add({8, 33, 40}, {1, 0, 2}, LayoutKind::kPermute);
+  }
+  if (op == OpKind::kGemm) {
+    for (Problem& p : GemmExtraProblems(t)) out.push_back(std::move(p));
   }
   if (op == OpKind::kGeluLayerNorm) {
     // The issue's widths and the kernels' edges: 1023/1024 (warp_per_row's
@@ -131,7 +199,7 @@ TEST_F(CudaConformance, EveryVariantMatchesTheReference) {
 }
 
 TEST_F(CudaConformance, EveryOpHasACudaVariant) {
-  for (OpKind op : {OpKind::kTranspose, OpKind::kConvertLayout,
+  for (OpKind op : {OpKind::kTranspose, OpKind::kConvertLayout, OpKind::kGemm,
                     OpKind::kGeluLayerNorm}) {
     EXPECT_FALSE(backend_->registry().ForOp(op).empty()) << OpName(op);
   }
