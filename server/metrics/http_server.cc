@@ -1,7 +1,10 @@
 #include "server/metrics/http_server.h"
 
 #include <civetweb.h>
+#include <dlfcn.h>
+#include <pthread.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -9,6 +12,21 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+
+// Debian's civetweb gives its threads fixed 100 KB stacks
+// (pthread_attr_setstacksize), and every thread's static TLS comes out of its
+// stack: OpenBLAS alone holds 61 KB of it, so a /metrics request overflowed
+// the rest in mg_printf (seen: SIGSEGV in the CUDA build). This definition
+// in the executable takes precedence over libc's for the shared libraries
+// and raises any requested stack below 1 MiB to 1 MiB.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr,
+                                         size_t stack_size) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn real =
+      reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  constexpr size_t kMinStack = size_t{1} << 20;
+  return real(attr, std::max(stack_size, kMinStack));
+}
 
 namespace coalesce::metrics {
 namespace {
