@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/status_macros.h"
+#include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_common.h"
 #include "kernels/cuda/launch.h"
@@ -49,9 +50,8 @@ constexpr double kEfficiency = 0.9;
 
 absl::Status LtStatus(cublasStatus_t s, const char* expr) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  std::string msg =
-      absl::StrCat(kName, ": ", expr, ": ", cublasLtGetStatusName(s), " (",
-                   cublasLtGetStatusString(s), ")");
+  std::string msg = absl::StrCat(kName, ": ", expr, ": ", Lt().GetStatusName(s),
+                                 " (", Lt().GetStatusString(s), ")");
   switch (s) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(std::move(msg));
@@ -112,10 +112,10 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
   ~Plan() {
-    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    if (d != nullptr) Lt().MatrixLayoutDestroy(d);
+    if (b != nullptr) Lt().MatrixLayoutDestroy(b);
+    if (a != nullptr) Lt().MatrixLayoutDestroy(a);
+    if (op != nullptr) Lt().MatmulDescDestroy(op);
   }
 };
 
@@ -124,12 +124,12 @@ absl::Status MakeLayout(cublasLtMatrixLayout_t* layout, cudaDataType_t type,
                         int64_t rows, int64_t cols, int64_t batch,
                         int64_t batch_stride) {
   COALESCE_LT_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(layout, type, rows, cols, rows));
+      Lt().MatrixLayoutCreate(layout, type, rows, cols, rows));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    COALESCE_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutSetAttribute(
+    COALESCE_LT_RETURN_IF_ERROR(Lt().MatrixLayoutSetAttribute(
         *layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-    COALESCE_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutSetAttribute(
+    COALESCE_LT_RETURN_IF_ERROR(Lt().MatrixLayoutSetAttribute(
         *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
         sizeof(batch_stride)));
   }
@@ -142,12 +142,12 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
   const cublasComputeType_t compute =
       key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   COALESCE_LT_RETURN_IF_ERROR(
-      cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+      Lt().MatmulDescCreate(&plan->op, compute, CUDA_R_32F));
   const cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  COALESCE_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+  COALESCE_LT_RETURN_IF_ERROR(Lt().MatmulDescSetAttribute(
       plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  COALESCE_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+  COALESCE_LT_RETURN_IF_ERROR(Lt().MatmulDescSetAttribute(
       plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   // Our B, stored [k,n] (or [n,k]), is the column-major n x k (k x n).
   COALESCE_RETURN_IF_ERROR(
@@ -161,9 +161,9 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
       MakeLayout(&plan->d, type, key.n, key.m, key.batch, key.m * key.n));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  COALESCE_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+  COALESCE_LT_RETURN_IF_ERROR(Lt().MatmulPreferenceCreate(&pref));
   const uint64_t max_workspace = kWorkspaceBytes;
-  cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
+  cublasStatus_t s = Lt().MatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
       sizeof(max_workspace));
   for (cublasLtMatmulPreferenceAttributes_t attr :
@@ -172,18 +172,17 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     if (s == CUBLAS_STATUS_SUCCESS) {
-      s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.alignment,
-                                               sizeof(key.alignment));
+      s = Lt().MatmulPreferenceSetAttribute(pref, attr, &key.alignment,
+                                            sizeof(key.alignment));
     }
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS) {
-    s = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b,
-                                       plan->d, plan->d, pref, 1, &result,
-                                       &found);
+    s = Lt().MatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d,
+                                    plan->d, pref, 1, &result, &found);
   }
-  cublasLtMatmulPreferenceDestroy(pref);
+  Lt().MatmulPreferenceDestroy(pref);
   COALESCE_LT_RETURN_IF_ERROR(s);
   if (found == 0) {
     return absl::UnimplementedError(
@@ -204,7 +203,7 @@ class GemmCublasLtVariant final
       cudaSetDevice(where.first);
       cudaFree(ptr);
     }
-    for (auto& [device, handle] : handles_) cublasLtDestroy(handle);
+    for (auto& [device, handle] : handles_) Lt().Destroy(handle);
     cudaGetLastError();  // teardown must not leave an error behind
   }
 
@@ -222,6 +221,7 @@ class GemmCublasLtVariant final
   // algorithm is known only at Run (UNIMPLEMENTED there if not).
   absl::Status CanImplementTyped(const GemmProblem& p,
                                  const DeviceInfo&) const override {
+    COALESCE_RETURN_IF_ERROR(CublasLtAvailable());
     COALESCE_RETURN_IF_ERROR(CheckGemmCommon(kName, p, 0, 0));
     if (p.batch > INT32_MAX) {
       return absl::UnimplementedError(
@@ -275,7 +275,7 @@ class GemmCublasLtVariant final
     const float alpha = p.alpha;
     const float beta = read_c ? p.beta : 0.0f;
     // cuBLASLt's A is our B and its B our A (see the file comment).
-    COALESCE_LT_RETURN_IF_ERROR(cublasLtMatmul(
+    COALESCE_LT_RETURN_IF_ERROR(Lt().Matmul(
         handle, plan->op, &alpha, b, plan->a, a, plan->b, &beta, c, plan->d, d,
         plan->d, &plan->algo, workspace, plan->workspace, stream));
     // A library call, not a kernel of ours: LaunchInfo stays empty.
@@ -289,7 +289,7 @@ class GemmCublasLtVariant final
     auto it = handles_.find(device);
     if (it != handles_.end()) return it->second;
     cublasLtHandle_t h = nullptr;
-    COALESCE_LT_RETURN_IF_ERROR(cublasLtCreate(&h));
+    COALESCE_LT_RETURN_IF_ERROR(Lt().Create(&h));
     handles_[device] = h;
     return h;
   }
