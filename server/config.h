@@ -7,6 +7,8 @@
 #include <limits>
 #include <string>
 
+#include "kernels/core/selector.h"
+
 namespace coalesce {
 
 struct ServerConfig {
@@ -23,6 +25,9 @@ struct ServerConfig {
   // gRPC's receive and send limit. A GEMM carries three tensors, so the
   // default is gRPC's ceiling rather than a multiple of max_tensor_bytes.
   int max_message_bytes = std::numeric_limits<int>::max();
+  // Variant selection: autotuning mode, tuning cache and shipped table
+  // (kernels/core/selector.h).
+  SelectorOptions selection;
 };
 
 // protobuf `bytes` fields hold at most 2^31 - 1 bytes.

@@ -47,6 +47,20 @@ ABSL_FLAG(int32_t, max_message_bytes, std::numeric_limits<int32_t>::max(),
           "largest gRPC message received or sent, in bytes");
 ABSL_FLAG(int32_t, threads, 0,
           "CPU backend threads per kernel; 0 uses every core");
+ABSL_FLAG(std::string, autotune, "off",
+          "off | on_miss | eager: on a request shape with no tuned choice, "
+          "time every eligible variant on scratch buffers (once per shape "
+          "key) in the background (on_miss) or inline (eager)");
+ABSL_FLAG(int32_t, autotune_budget_ms, 250,
+          "wall time one shape's tuning may take; the variants the "
+          "heuristic ranks first are timed first");
+ABSL_FLAG(std::string, tuning_cache, "",
+          "file of tuned choices, loaded at start and rewritten atomically "
+          "after each tuning; a file of another build, device or variant "
+          "set is ignored with a warning");
+ABSL_FLAG(std::string, tuning_table, "",
+          "shipped table of choices measured on a device of this name "
+          "(written by `coalesce tune`), consulted after the cache");
 
 namespace coalesce {
 namespace {
@@ -169,6 +183,17 @@ bool CheckFlagValues(std::string* error) {
                           absl::GetFlag(FLAGS_threads));
     return false;
   }
+  AutotuneMode mode;
+  if (!ParseAutotuneMode(absl::GetFlag(FLAGS_autotune), &mode)) {
+    *error = absl::StrCat("--autotune must be off, on_miss or eager, not '",
+                          absl::GetFlag(FLAGS_autotune), "'");
+    return false;
+  }
+  if (absl::GetFlag(FLAGS_autotune_budget_ms) < 1) {
+    *error = absl::StrCat("--autotune_budget_ms must be >= 1, not ",
+                          absl::GetFlag(FLAGS_autotune_budget_ms));
+    return false;
+  }
   return true;
 }
 
@@ -243,6 +268,12 @@ int Main(int argc, char** argv) {
   config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  ParseAutotuneMode(absl::GetFlag(FLAGS_autotune), &config.selection.autotune);
+  config.selection.budget_seconds =
+      absl::GetFlag(FLAGS_autotune_budget_ms) * 1e-3;
+  config.selection.cache_path = absl::GetFlag(FLAGS_tuning_cache);
+  config.selection.table_path = absl::GetFlag(FLAGS_tuning_table);
+  config.selection.build_id = COALESCE_GIT_SHA;
   absl::StatusOr<std::unique_ptr<RunningServer>> server =
       BuildServer(config, choice->backend.get(), choice->reason);
   if (!server.ok()) {

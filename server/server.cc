@@ -10,8 +10,34 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/metrics/prometheus_service_metrics.h"
+#include "spdlog/spdlog.h"
 
 namespace coalesce {
+namespace {
+
+// Autotuning activity, read from the selector when Prometheus scrapes.
+void AddSelectionMetrics(metrics::Registry* registry,
+                         const Selector* selector) {
+  metrics::Counter& runs =
+      registry
+          ->AddCounter("coalesce_autotune_runs_total",
+                       "Shapes tuned online (every eligible variant timed on "
+                       "scratch buffers).",
+                       {})
+          .Add({});
+  metrics::Counter& seconds =
+      registry
+          ->AddCounter("coalesce_autotune_seconds_total",
+                       "Wall time spent tuning, in seconds.", {})
+          .Add({});
+  registry->AddCollectHook([&runs, &seconds, selector] {
+    // Counters only rise: add what the selector did since the last scrape.
+    runs.Increment(static_cast<double>(selector->tunings()) - runs.Value());
+    seconds.Increment(selector->tuning_seconds() - seconds.Value());
+  });
+}
+
+}  // namespace
 
 std::shared_ptr<grpc::Channel> RunningServer::InProcessChannel(
     const grpc::ChannelArguments& args) {
@@ -37,8 +63,20 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     running->metrics_http = std::move(*http);
     running->metrics_port = running->metrics_http->port();
   }
+  running->selector = std::make_unique<Selector>(backend, config.selection);
+  std::vector<std::string> warnings;
+  running->selector->Init(&warnings);
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
+  if (config.selection.autotune != AutotuneMode::kOff ||
+      running->selector->table().size() > 0) {
+    spdlog::info("selection: {} shipped table entries, {} cached tunings",
+                 running->selector->table().size(),
+                 running->selector->cache().size());
+  }
+  AddSelectionMetrics(running->registry.get(), running->selector.get());
   running->service = std::make_unique<TensorOpsService>(
-      backend, config, std::move(backend_reason), running->metrics.get());
+      backend, config, std::move(backend_reason), running->metrics.get(),
+      running->selector.get());
   grpc::ServerBuilder builder;
   if (!config.listen.empty()) {
     builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),

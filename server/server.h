@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/core/backend.h"
+#include "kernels/core/selector.h"
 #include "server/config.h"
 #include "server/metrics/http_server.h"
 #include "server/metrics/registry.h"
@@ -36,6 +37,7 @@ struct RunningServer {
   std::unique_ptr<metrics::Registry> registry;
   std::unique_ptr<ServiceMetrics> metrics;
   std::unique_ptr<metrics::HttpServer> metrics_http;  // null: no metrics_listen
+  std::unique_ptr<Selector> selector;  // the service chooses variants here
   std::unique_ptr<TensorOpsService> service;
   std::unique_ptr<grpc::Server> server;
   // The TCP port actually bound (config.listen may ask for port 0); 0 when

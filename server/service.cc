@@ -163,11 +163,12 @@ class TensorOpsService::Call {
 
 TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
                                    std::string backend_reason,
-                                   ServiceMetrics* metrics)
+                                   ServiceMetrics* metrics, Selector* selector)
     : backend_(backend),
       config_(std::move(config)),
       backend_reason_(std::move(backend_reason)),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      selector_(selector) {}
 
 void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health) {
   health_.store(health);
@@ -189,10 +190,8 @@ void TensorOpsService::PublishHealth() {
 absl::Status TensorOpsService::Run(Call& call, const DecodedRequest& d,
                                    absl::Span<v1::Tensor* const> outputs,
                                    v1::KernelReport* report) {
-  COALESCE_ASSIGN_OR_RETURN(
-      const Selection selection,
-      SelectVariant(backend_->registry(), d.problem, backend_->device(),
-                    d.forced_variant));
+  COALESCE_ASSIGN_OR_RETURN(const Selection selection,
+                            selector_->Select(d.problem, d.forced_variant));
   call.metrics().VariantSelected(selection);
   Operands host = d.host;
   const v1::DataType dtype = ToProto(OutputDType(d.problem));
@@ -296,6 +295,57 @@ grpc::Status TensorOpsService::GetServerInfo(
     info->set_description(std::string(v->description()));
   }
   response->set_backend_reason(backend_reason_);
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+grpc::Status TensorOpsService::ExplainSelection(
+    grpc::ServerContext* /*context*/,
+    const v1::ExplainSelectionRequest* request,
+    v1::ExplainSelectionResponse* response) {
+  Call call(metrics_, Rpc::kExplainSelection);
+  const int64_t max = config_.max_tensor_bytes;
+  absl::StatusOr<DecodedRequest> d;
+  switch (request->request_case()) {
+    case v1::ExplainSelectionRequest::kTranspose:
+      d = DecodeTranspose(request->transpose(), max, /*shape_only=*/true);
+      break;
+    case v1::ExplainSelectionRequest::kGemm:
+      d = DecodeGemm(request->gemm(), max, /*shape_only=*/true);
+      break;
+    case v1::ExplainSelectionRequest::kConvertLayout:
+      d = DecodeConvertLayout(request->convert_layout(), max,
+                              /*shape_only=*/true);
+      break;
+    case v1::ExplainSelectionRequest::kGeluLayerNorm:
+      d = DecodeGeluLayerNorm(request->gelu_layer_norm(), max,
+                              /*shape_only=*/true);
+      break;
+    default:
+      d = absl::InvalidArgumentError(
+          "request: set one of transpose, gemm, convert_layout, "
+          "gelu_layer_norm");
+  }
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  const Explanation e = selector_->Explain(d->problem);
+  response->set_key(e.key);
+  response->set_problem(Describe(d->problem));
+  for (const Candidate& c : e.candidates) {
+    v1::VariantCandidate* out = response->add_candidates();
+    out->set_variant(c.variant);
+    out->set_eligible(c.eligible);
+    out->set_why_not(c.why_not);
+    out->set_estimated_seconds(c.estimate_seconds);
+    out->set_measured_seconds(c.measured_seconds);
+  }
+  if (e.chosen.variant == nullptr) {
+    return call.Finish(absl::UnimplementedError(absl::StrCat(
+                           "no ", BackendName(backend_->kind()),
+                           " variant supports ", Describe(d->problem))),
+                       *request, *response);
+  }
+  response->set_chosen_variant(std::string(e.chosen.variant->name()));
+  response->set_source(e.chosen.source);
+  response->set_reason(e.chosen.reason);
   return call.Finish(absl::OkStatus(), *request, *response);
 }
 

@@ -16,6 +16,7 @@
 #include "absl/types/span.h"
 #include "coalesce/v1/tensor_ops.grpc.pb.h"
 #include "kernels/core/backend.h"
+#include "kernels/core/selector.h"
 #include "server/codec.h"
 #include "server/config.h"
 #include "server/service_metrics.h"
@@ -26,8 +27,10 @@ class TensorOpsService final : public v1::TensorOps::Service {
  public:
   // backend and metrics are not owned and must outlive the service.
   // backend_reason says why this backend serves (reported by GetServerInfo).
+  // selector chooses the variant of every request without a forced one.
   TensorOpsService(Backend* backend, ServerConfig config,
-                   std::string backend_reason, ServiceMetrics* metrics);
+                   std::string backend_reason, ServiceMetrics* metrics,
+                   Selector* selector);
 
   // Publishes the backend's health as the serving status of "" and of
   // coalesce.v1.TensorOps, now and after every failed execution, so that a
@@ -51,6 +54,9 @@ class TensorOpsService final : public v1::TensorOps::Service {
   grpc::Status GetServerInfo(grpc::ServerContext* context,
                              const v1::GetServerInfoRequest* request,
                              v1::GetServerInfoResponse* response) override;
+  grpc::Status ExplainSelection(
+      grpc::ServerContext* context, const v1::ExplainSelectionRequest* request,
+      v1::ExplainSelectionResponse* response) override;
 
  private:
   // One RPC as the metrics see it (service.cc).
@@ -68,6 +74,7 @@ class TensorOpsService final : public v1::TensorOps::Service {
   const ServerConfig config_;
   const std::string backend_reason_;
   ServiceMetrics* const metrics_;
+  Selector* const selector_;
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
 };
 

@@ -29,8 +29,9 @@ enum class Rpc : int {
   kConvertLayout = 2,
   kGeluLayerNorm = 3,
   kGetServerInfo = 4,
+  kExplainSelection = 5,
 };
-inline constexpr int kNumRpcs = 5;
+inline constexpr int kNumRpcs = 6;
 inline constexpr int kNumKernelRpcs = 4;
 static_assert(static_cast<int>(Rpc::kGeluLayerNorm) ==
                   static_cast<int>(OpKind::kGeluLayerNorm) &&
@@ -38,8 +39,11 @@ static_assert(static_cast<int>(Rpc::kGeluLayerNorm) ==
                   static_cast<int>(OpKind::kConvertLayout));
 
 inline Rpc RpcOf(OpKind op) { return static_cast<Rpc>(op); }
-inline bool RunsKernel(Rpc rpc) { return rpc != Rpc::kGetServerInfo; }
-// OpName of the op for the four kernel RPCs, "get_server_info" for the last.
+inline bool RunsKernel(Rpc rpc) {
+  return static_cast<int>(rpc) < kNumKernelRpcs;
+}
+// OpName of the op for the four kernel RPCs; "get_server_info",
+// "explain_selection" for the others.
 absl::string_view RpcName(Rpc rpc);
 
 // One successful kernel execution.
