@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coalesce/v1/tensor_ops.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -611,6 +612,74 @@ class FaultyBackend final : public Backend {
   std::unique_ptr<Backend> cpu_;
   std::atomic<bool> faulted_{false};
 };
+
+TEST_F(ServiceTest, ExplainSelectionListsCandidatesWithoutData) {
+  v1::ExplainSelectionRequest request;
+  v1::Tensor* input = request.mutable_transpose()->mutable_input();
+  input->set_dtype(v1::DATA_TYPE_FLOAT32);
+  input->add_shape(2048);
+  input->add_shape(1024);  // 8 MiB described, nothing sent or allocated
+  grpc::ClientContext context;
+  v1::ExplainSelectionResponse response;
+  const grpc::Status status =
+      stub_->ExplainSelection(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.source(), "heuristic");
+  EXPECT_EQ(response.chosen_variant(), "transpose.cpu.blocked");
+  EXPECT_TRUE(absl::StrContains(response.key(), "transpose|float32"));
+  ASSERT_EQ(response.candidates_size(), 2);
+  for (const v1::VariantCandidate& c : response.candidates()) {
+    EXPECT_TRUE(c.eligible()) << c.variant();
+    EXPECT_GT(c.estimated_seconds(), 0);
+    EXPECT_EQ(c.measured_seconds(), -1);
+  }
+}
+
+TEST_F(ServiceTest, ExplainSelectionStillValidatesShapes) {
+  v1::ExplainSelectionRequest request;
+  v1::Tensor* input = request.mutable_transpose()->mutable_input();
+  input->set_dtype(v1::DATA_TYPE_FLOAT32);
+  input->add_shape(0);
+  input->add_shape(8);
+  grpc::ClientContext context;
+  v1::ExplainSelectionResponse response;
+  const grpc::Status status =
+      stub_->ExplainSelection(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "input.shape[0]"));
+  grpc::ClientContext context2;
+  const grpc::Status empty = stub_->ExplainSelection(
+      &context2, v1::ExplainSelectionRequest(), &response);
+  EXPECT_EQ(empty.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// --autotune=eager: the first request of a shape is tuned inline and served
+// by the winner; the report says where the choice came from.
+TEST(ServiceSelectionTest, EagerAutotuneServesFromTheCache) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(1);
+  ServerConfig config;
+  config.listen = "";
+  config.selection.autotune = AutotuneMode::kEager;
+  config.selection.build_id = "test";
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, backend.get(), "test");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::TensorOps::NewStub((*server)->InProcessChannel());
+  std::mt19937 rng(5);
+  for (int i = 0; i < 2; ++i) {
+    v1::TransposeRequest request;
+    *request.mutable_input() =
+        RandomTensor({96, 80}, v1::DATA_TYPE_FLOAT32, &rng);
+    request.mutable_options()->set_report(true);
+    grpc::ClientContext context;
+    v1::TransposeResponse response;
+    ASSERT_TRUE(stub->Transpose(&context, request, &response).ok());
+    EXPECT_EQ(response.report().selection_source(), "cache");
+    EXPECT_EQ(response.output().raw(),
+              PermuteReference(request.input().raw(), {96, 80}, {1, 0}, 4));
+  }
+  EXPECT_EQ((*server)->selector->tunings(), 1);
+}
 
 TEST(ServiceHealthTest, DeviceFaultTurnsHealthNotServing) {
   FaultyBackend backend;

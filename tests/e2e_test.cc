@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <regex>
@@ -408,6 +409,29 @@ TEST_F(E2eTest, InfoListsVariantsByOp) {
   EXPECT_THAT(r.out, HasSubstr("variants:")) << r;
   EXPECT_THAT(r.out, HasSubstr("transpose")) << r;
   EXPECT_THAT(r.out, HasSubstr("gemm")) << r;
+}
+
+TEST_F(E2eTest, ExplainNamesTheChoiceAndTuneWritesATable) {
+  const CliResult e = Cli({"explain", "transpose", "--shape=512,384"});
+  ASSERT_EQ(e.exit_code, 0) << e;
+  EXPECT_THAT(e.out, HasSubstr("transpose.cpu.blocked")) << e;
+  EXPECT_THAT(e.out, HasSubstr("transpose.cpu.naive")) << e;
+  EXPECT_THAT(e.out, HasSubstr("chosen: transpose.cpu.")) << e;
+  EXPECT_THAT(e.out, HasSubstr("source: heuristic")) << e;
+
+  const std::string table = Path("table.txt");
+  const CliResult t = Cli({"tune", "transpose", "--shapes=512,384;33,1000",
+                           "--random_shapes=2", "--max_shape_bytes=1048576",
+                           "--reps=1", absl::StrCat("--out=", table)});
+  ASSERT_EQ(t.exit_code, 0) << t;
+  EXPECT_THAT(t.out, HasSubstr("wrote 4 entries")) << t;
+  EXPECT_THAT(t.out, HasSubstr("within 10% of the fastest")) << t;
+  std::ifstream in(table);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first, "coalesce-tuning 1");
+  EXPECT_EQ(Cli({"tune", "transpose", "--shapes=8,8"}).exit_code, 2)
+      << "--out is required";
 }
 
 class E2eDTypeTest : public E2eTest,
