@@ -21,7 +21,9 @@
 #include "absl/status/status.h"
 #include "kernels/core/problem.h"
 #include "kernels/core/variant.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_common.h"
+#include "kernels/cuda/launch.h"
 
 namespace coalesce::cuda {
 
@@ -172,5 +174,48 @@ absl::Status DispatchGemmDType(DType dt, F&& f) {
   }
   return absl::InvalidArgumentError("unknown dtype");
 }
+
+// A SIMT GEMM variant whose only moving part is its kernel: one launch per
+// batch chunk of Traits::kTile x Traits::kTile output tiles on a block of
+// kTile x kBlockRows threads. Traits provides kName, kDescription, kTile,
+// kBlockRows, kEfficiency and `template <typename T> static constexpr auto
+// kKernel` (the __global__ function for element type T, taking the chunk's
+// GemmParams and the two transpose flags). gemm.cuda.naive and
+// gemm.cuda.smem_tiled are two of these.
+template <typename Traits>
+class SimtGemmVariant final
+    : public TypedVariant<GemmProblem, OpKind::kGemm, BackendKind::kCuda> {
+ public:
+  absl::string_view name() const override { return Traits::kName; }
+  absl::string_view description() const override {
+    return Traits::kDescription;
+  }
+
+ protected:
+  absl::Status CanImplementTyped(const GemmProblem& p,
+                                 const DeviceInfo&) const override {
+    return CheckGemmCommon(Traits::kName, p, Traits::kTile, Traits::kTile);
+  }
+  double Efficiency(const Problem& p, const DeviceInfo& dev) const override {
+    return SimtEfficiency(std::get<GemmProblem>(p), dev, Traits::kEfficiency);
+  }
+  absl::Status RunTyped(const GemmProblem& p, const Operands& ops,
+                        ExecContext& ctx) const override {
+    const GemmParams g = MakeGemmParams(p, ops, Traits::kTile, Traits::kTile);
+    return DispatchGemmDType(p.dtype, [&](auto tag) -> absl::Status {
+      using T = decltype(tag);
+      auto* kernel = Traits::template kKernel<T>;
+      return ForEachBatchChunk(
+          p, g, [&](const GemmParams& chunk, dim3 grid) -> absl::Status {
+            const dim3 block(Traits::kTile, Traits::kBlockRows);
+            kernel<<<grid, block, 0, StreamOf(ctx)>>>(chunk, p.trans_a,
+                                                      p.trans_b);
+            RecordLaunch(kernel, grid, block, 0, ctx);
+            COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+            return absl::OkStatus();
+          });
+    });
+  }
+};
 
 }  // namespace coalesce::cuda

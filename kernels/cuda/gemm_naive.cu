@@ -37,45 +37,22 @@ __global__ void __launch_bounds__(kTile* kTile)
   StoreGemmOutput<T>(p, b, i, j, acc);
 }
 
-class GemmNaiveVariant final
-    : public TypedVariant<GemmProblem, OpKind::kGemm, BackendKind::kCuda> {
- public:
-  absl::string_view name() const override { return kName; }
-  absl::string_view description() const override {
-    return "one thread per output, operands read from global memory, "
-           "float32 accumulation (the seeds' baseline)";
-  }
-
- protected:
-  absl::Status CanImplementTyped(const GemmProblem& p,
-                                 const DeviceInfo&) const override {
-    return CheckGemmCommon(kName, p, kTile, kTile);
-  }
-  double Efficiency(const Problem& p, const DeviceInfo& dev) const override {
-    return SimtEfficiency(std::get<GemmProblem>(p), dev, kEfficiency);
-  }
-  absl::Status RunTyped(const GemmProblem& p, const Operands& ops,
-                        ExecContext& ctx) const override {
-    const GemmParams g = MakeGemmParams(p, ops, kTile, kTile);
-    return DispatchGemmDType(p.dtype, [&](auto tag) -> absl::Status {
-      using T = decltype(tag);
-      return ForEachBatchChunk(
-          p, g, [&](const GemmParams& chunk, dim3 grid) -> absl::Status {
-            const dim3 block(kTile, kTile);
-            GemmNaiveKernel<T><<<grid, block, 0, StreamOf(ctx)>>>(
-                chunk, p.trans_a, p.trans_b);
-            RecordLaunch(GemmNaiveKernel<T>, grid, block, 0, ctx);
-            COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
-            return absl::OkStatus();
-          });
-    });
-  }
+struct Traits {
+  static constexpr const char* kName = ::coalesce::cuda::kName;
+  static constexpr const char* kDescription =
+      "one thread per output, operands read from global memory, "
+      "float32 accumulation (the seeds' baseline)";
+  static constexpr int kTile = ::coalesce::cuda::kTile;
+  static constexpr int kBlockRows = kTile;
+  static constexpr double kEfficiency = ::coalesce::cuda::kEfficiency;
+  template <typename T>
+  static constexpr auto kKernel = &GemmNaiveKernel<T>;
 };
 
 }  // namespace
 
 std::unique_ptr<KernelVariant> MakeGemmNaiveVariant() {
-  return std::make_unique<GemmNaiveVariant>();
+  return std::make_unique<SimtGemmVariant<Traits>>();
 }
 
 }  // namespace coalesce::cuda
