@@ -24,6 +24,8 @@ class Client::Impl {
  public:
   Impl(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel)
       : timeout_(options.timeout),
+        client_id_(options.client_id),
+        chunk_bytes_(options.chunk_bytes),
         ops_(v1::TensorOps::NewStub(channel)),
         health_(grpc::health::v1::Health::NewStub(channel)) {}
 
@@ -35,9 +37,7 @@ class Client::Impl {
                                    Response*),
       const Request& request) {
     grpc::ClientContext context;
-    if (timeout_ != absl::InfiniteDuration()) {
-      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    }
+    Prepare(&context);
     Response response;
     absl::Status status =
         FromGrpc((stub->*method)(&context, request, &response));
@@ -45,11 +45,24 @@ class Client::Impl {
     return response;
   }
 
+  // Deadline and client id of one call.
+  void Prepare(grpc::ClientContext* context) const {
+    if (timeout_ != absl::InfiniteDuration()) {
+      context->set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    }
+    if (!client_id_.empty()) {
+      context->AddMetadata("x-coalesce-client", client_id_);
+    }
+  }
+
+  int64_t chunk_bytes() const { return chunk_bytes_; }
   v1::TensorOps::Stub* ops() { return ops_.get(); }
   grpc::health::v1::Health::Stub* health() { return health_.get(); }
 
  private:
   const absl::Duration timeout_;
+  const std::string client_id_;
+  const int64_t chunk_bytes_;
   std::unique_ptr<v1::TensorOps::Stub> ops_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
@@ -68,9 +81,18 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeout must be positive");
   }
+  if (options.chunk_bytes < 1 ||
+      options.chunk_bytes > options.max_message_bytes - 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes must be in [1, max_message_bytes - 1024], "
+                     "got ",
+                     options.chunk_bytes));
+  }
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.own_connection)
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
       options.server, grpc::InsecureChannelCredentials(), args);
   return std::unique_ptr<Client>(
@@ -110,6 +132,106 @@ absl::StatusOr<v1::ExplainSelectionResponse> Client::ExplainSelection(
     const v1::ExplainSelectionRequest& request) {
   return impl_->Call(impl_->ops(), &v1::TensorOps::Stub::ExplainSelection,
                      request);
+}
+
+absl::StatusOr<v1::EchoResponse> Client::Echo(const v1::EchoRequest& request) {
+  return impl_->Call(impl_->ops(), &v1::TensorOps::Stub::Echo, request);
+}
+
+absl::StatusOr<v1::TensorInfo> Client::PutTensor(
+    v1::DataType dtype, const std::vector<int64_t>& shape,
+    absl::string_view bytes, const std::string& name) {
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  v1::PutTensorResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::PutTensorRequest>> writer =
+      impl_->ops()->PutTensor(&context, &response);
+  v1::PutTensorRequest message;
+  v1::PutTensorHeader* header = message.mutable_header();
+  header->set_dtype(dtype);
+  header->mutable_shape()->Add(shape.begin(), shape.end());
+  header->set_name(name);
+  // A failed Write means the server ended the call (e.g. over quota): its
+  // status comes from Finish.
+  bool open = writer->Write(message);
+  for (size_t offset = 0; open && offset < bytes.size();
+       offset += impl_->chunk_bytes()) {
+    message.set_chunk(std::string(bytes.substr(offset, impl_->chunk_bytes())));
+    open = writer->Write(message);
+  }
+  if (open) writer->WritesDone();
+  absl::Status status = FromGrpc(writer->Finish());
+  if (!status.ok()) return status;
+  return response.tensor();
+}
+
+absl::StatusOr<FetchedTensor> Client::GetTensor(const std::string& handle) {
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  v1::GetTensorRequest request;
+  request.set_handle(handle);
+  std::unique_ptr<grpc::ClientReader<v1::GetTensorResponse>> reader =
+      impl_->ops()->GetTensor(&context, request);
+  FetchedTensor out;
+  v1::GetTensorResponse message;
+  bool first = true;
+  while (reader->Read(&message)) {
+    if (first) {
+      out.info = message.tensor();
+      out.bytes.reserve(static_cast<size_t>(out.info.byte_size()));
+      first = false;
+    }
+    out.bytes.append(message.chunk());
+  }
+  absl::Status status = FromGrpc(reader->Finish());
+  if (!status.ok()) return status;
+  if (static_cast<int64_t>(out.bytes.size()) != out.info.byte_size()) {
+    return absl::DataLossError(
+        absl::StrCat("GetTensor(", handle, "): received ", out.bytes.size(),
+                     " bytes of ", out.info.byte_size()));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> Client::DeleteTensor(const std::string& handle) {
+  v1::DeleteTensorRequest request;
+  request.set_handle(handle);
+  absl::StatusOr<v1::DeleteTensorResponse> response =
+      impl_->Call(impl_->ops(), &v1::TensorOps::Stub::DeleteTensor, request);
+  if (!response.ok()) return response.status();
+  return response->freed_bytes();
+}
+
+absl::StatusOr<v1::ListTensorsResponse> Client::ListTensors() {
+  return impl_->Call(impl_->ops(), &v1::TensorOps::Stub::ListTensors,
+                     v1::ListTensorsRequest());
+}
+
+absl::Status Client::RegisterSharedMemory(const std::string& name,
+                                          const std::string& key,
+                                          uint64_t offset, uint64_t byte_size) {
+  v1::RegisterSharedMemoryRequest request;
+  request.set_name(name);
+  request.set_key(key);
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  return impl_
+      ->Call(impl_->ops(), &v1::TensorOps::Stub::RegisterSharedMemory, request)
+      .status();
+}
+
+absl::Status Client::UnregisterSharedMemory(const std::string& name) {
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_name(name);
+  return impl_
+      ->Call(impl_->ops(), &v1::TensorOps::Stub::UnregisterSharedMemory,
+             request)
+      .status();
+}
+
+absl::StatusOr<v1::ListSharedMemoryResponse> Client::ListSharedMemory() {
+  return impl_->Call(impl_->ops(), &v1::TensorOps::Stub::ListSharedMemory,
+                     v1::ListSharedMemoryRequest());
 }
 
 absl::StatusOr<std::string> Client::Health(const std::string& service) {

@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coalesce/v1/tensor_ops.pb.h"
 
@@ -24,6 +26,20 @@ struct ClientOptions {
   int64_t max_message_bytes = 2147483647;
   // Deadline of each call; absl::InfiniteDuration() sets none.
   absl::Duration timeout = absl::Minutes(10);
+  // Sent as x-coalesce-client metadata: the name server-side tensors are
+  // charged to. Empty: the server uses the peer address.
+  std::string client_id;
+  // Bytes per PutTensor chunk.
+  int64_t chunk_bytes = int64_t{4} << 20;
+  // Open a connection of this client's own instead of sharing one with
+  // other clients of the same options (gRPC's global subchannel pool).
+  bool own_connection = false;
+};
+
+// A downloaded server-side tensor.
+struct FetchedTensor {
+  v1::TensorInfo info;
+  std::string bytes;
 };
 
 class Client {
@@ -48,6 +64,24 @@ class Client {
   absl::StatusOr<v1::GetServerInfoResponse> GetServerInfo();
   absl::StatusOr<v1::ExplainSelectionResponse> ExplainSelection(
       const v1::ExplainSelectionRequest& request);
+
+  absl::StatusOr<v1::EchoResponse> Echo(const v1::EchoRequest& request);
+
+  // Uploads bytes (product(shape) * sizeof(dtype) of them) in chunks of
+  // options.chunk_bytes; name empty lets the server pick the handle.
+  absl::StatusOr<v1::TensorInfo> PutTensor(v1::DataType dtype,
+                                           const std::vector<int64_t>& shape,
+                                           absl::string_view bytes,
+                                           const std::string& name = "");
+  absl::StatusOr<FetchedTensor> GetTensor(const std::string& handle);
+  // The bytes freed.
+  absl::StatusOr<int64_t> DeleteTensor(const std::string& handle);
+  absl::StatusOr<v1::ListTensorsResponse> ListTensors();
+  absl::Status RegisterSharedMemory(const std::string& name,
+                                    const std::string& key, uint64_t offset,
+                                    uint64_t byte_size);
+  absl::Status UnregisterSharedMemory(const std::string& name);
+  absl::StatusOr<v1::ListSharedMemoryResponse> ListSharedMemory();
 
   // grpc.health.v1.Health/Check for `service` ("" is the whole server).
   // Returns the serving status by name: "SERVING", "NOT_SERVING", ...

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +14,8 @@
 #include "absl/types/span.h"
 #include "kernels/core/permute.h"
 #include "kernels/core/status_macros.h"
+#include "server/shared_memory.h"
+#include "server/tensor_store.h"
 
 namespace coalesce {
 namespace {
@@ -89,38 +94,97 @@ struct InputTensor {
 };
 
 // How much of a tensor to check: shape_only (ExplainSelection) accepts a
-// tensor without data, since only its dtype and shape matter there.
+// tensor without data, since only its dtype and shape matter there. plane
+// resolves handles and shared memory; what they resolve to is held in
+// keep_alive.
 struct TensorChecks {
   int64_t max_tensor_bytes;
   bool shape_only;
+  const DataPlane& plane;
+  std::vector<std::shared_ptr<const void>>* keep_alive;
 };
 
-// Checks one input: inline data, dtype, rank in [min_rank, max_rank], every
-// dim >= 1, size without overflow and within max_tensor_bytes, and raw bytes
-// matching the shape.
-
-absl::StatusOr<InputTensor> DecodeInput(const v1::Tensor& t,
-                                        absl::string_view field, int min_rank,
-                                        int max_rank, const TensorChecks& o) {
-  const int64_t max_tensor_bytes = o.max_tensor_bytes;
-  const bool no_data =
-      o.shape_only && t.data_case() == v1::Tensor::DATA_NOT_SET;
-  switch (no_data ? v1::Tensor::kRaw : t.data_case()) {
-    case v1::Tensor::kRaw:
-      break;
-    case v1::Tensor::kHandle:
-      return absl::UnimplementedError(absl::StrCat(
-          field, ".handle: server-side tensor handles are not served yet"));
-    case v1::Tensor::kSharedMemory:
-      return absl::UnimplementedError(absl::StrCat(
-          field, ".shared_memory: shared-memory tensors are not served yet"));
-    case v1::Tensor::DATA_NOT_SET:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".raw: no tensor data (set raw)"));
+// Resolves [ref.offset, ref.offset + bytes) of a registered region: the
+// reference's byte_size must equal bytes (inputs) or be at least bytes
+// (outputs), the range must lie in the region, and the region's object
+// must still cover it.
+absl::StatusOr<char*> ResolveSharedMemory(const v1::SharedMemoryRef& ref,
+                                          absl::string_view field,
+                                          int64_t bytes, bool is_output,
+                                          const TensorChecks& o) {
+  if (o.plane.shared_memory == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        field, ": shared-memory tensors are not served by this server"));
   }
-  InputTensor in;
-  COALESCE_ASSIGN_OR_RETURN(in.dtype, DecodeDType(t.dtype(), field));
-  const int rank = t.shape_size();
+  if (ref.region().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".region: required"));
+  }
+  const uint64_t want = static_cast<uint64_t>(bytes);
+  if (is_output ? ref.byte_size() < want : ref.byte_size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".byte_size: ", ref.byte_size(), ", but the tensor needs ",
+        is_output ? "at least " : "exactly ", bytes, " bytes"));
+  }
+  absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> region =
+      o.plane.shared_memory->Find(ref.region());
+  if (!region.ok()) {
+    return absl::Status(
+        region.status().code(),
+        absl::StrCat(field, ".region: ", region.status().message()));
+  }
+  uint64_t end = 0;
+  if (__builtin_add_overflow(ref.offset(), ref.byte_size(), &end) ||
+      end > (*region)->byte_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": the range offset ", ref.offset(),
+                     " + byte_size ", ref.byte_size(), " lies outside region '",
+                     ref.region(), "' of ", (*region)->byte_size(), " bytes"));
+  }
+  const absl::Status alive = (*region)->CheckAlive();
+  if (!alive.ok()) {
+    return absl::Status(alive.code(),
+                        absl::StrCat(field, ": ", alive.message()));
+  }
+  char* data = (*region)->data() + ref.offset();
+  o.keep_alive->push_back(std::move(*region));
+  return data;
+}
+
+// Checks a handle's stored tensor against the dtype and shape the request
+// states (either may be unset) and returns it.
+absl::StatusOr<std::shared_ptr<const StoredTensor>> ResolveHandle(
+    const v1::Tensor& t, absl::string_view field, const TensorChecks& o) {
+  if (o.plane.tensors == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        field, ".handle: server-side tensor handles are not served here"));
+  }
+  absl::StatusOr<std::shared_ptr<const StoredTensor>> stored =
+      o.plane.tensors->Find(t.handle());
+  if (!stored.ok()) {
+    return absl::Status(
+        stored.status().code(),
+        absl::StrCat(field, ".handle: ", stored.status().message()));
+  }
+  const StoredTensor& s = **stored;
+  if (t.dtype() != v1::DATA_TYPE_UNSPECIFIED && t.dtype() != ToProto(s.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".dtype: ", v1::DataType_Name(t.dtype()), " does not match ",
+        DTypeName(s.dtype), " of the stored tensor '", t.handle(), "'"));
+  }
+  if (t.shape_size() > 0 && !std::equal(t.shape().begin(), t.shape().end(),
+                                        s.shape.begin(), s.shape.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".shape: ", ShapeString(t.shape()), " does not match ",
+        ShapeString(s.shape), " of the stored tensor '", t.handle(), "'"));
+  }
+  return stored;
+}
+
+// Rank and dimension checks shared by every tensor: rank in [min_rank,
+// max_rank] (never 0), every dim >= 1.
+absl::Status CheckShape(absl::Span<const int64_t> shape,
+                        absl::string_view field, int min_rank, int max_rank) {
+  const int rank = static_cast<int>(shape.size());
   if (rank == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".shape: is empty; the rank must be ",
@@ -129,19 +193,60 @@ absl::StatusOr<InputTensor> DecodeInput(const v1::Tensor& t,
   if (rank < min_rank || rank > max_rank) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".shape: rank must be ", RankRange(min_rank, max_rank), ", got ",
-        rank, " (", ShapeString(t.shape()), ")"));
+        rank, " (", ShapeString(shape), ")"));
   }
   for (int i = 0; i < rank; ++i) {
-    if (t.shape(i) < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".shape[", i, "]: must be >= 1, got ", t.shape(i)));
+    if (shape[i] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape[", i, "]: must be >= 1, got ", shape[i]));
     }
   }
+  return absl::OkStatus();
+}
+
+// Checks one input: data present (inline, a handle or shared memory),
+// dtype, rank in [min_rank, max_rank], every dim >= 1, size without overflow
+// and within max_tensor_bytes, and the data matching the shape.
+absl::StatusOr<InputTensor> DecodeInput(const v1::Tensor& t,
+                                        absl::string_view field, int min_rank,
+                                        int max_rank, const TensorChecks& o) {
+  const bool no_data =
+      o.shape_only && t.data_case() == v1::Tensor::DATA_NOT_SET;
+  if (!no_data && t.data_case() == v1::Tensor::DATA_NOT_SET) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".raw: no tensor data (set raw, handle or shared_memory)"));
+  }
+  InputTensor in;
+  if (t.data_case() == v1::Tensor::kHandle) {
+    COALESCE_ASSIGN_OR_RETURN(std::shared_ptr<const StoredTensor> stored,
+                              ResolveHandle(t, field, o));
+    COALESCE_RETURN_IF_ERROR(
+        CheckShape(stored->shape, field, min_rank, max_rank));
+    COALESCE_RETURN_IF_ERROR(CheckedTensorBytes(field, stored->dtype,
+                                                stored->shape,
+                                                o.max_tensor_bytes)
+                                 .status());
+    in.dtype = stored->dtype;
+    in.shape = stored->shape;
+    in.data = stored->data.get();
+    o.keep_alive->push_back(std::move(stored));
+    return in;
+  }
+  COALESCE_ASSIGN_OR_RETURN(in.dtype, DecodeDType(t.dtype(), field));
+  COALESCE_RETURN_IF_ERROR(CheckShape(t.shape(), field, min_rank, max_rank));
   in.shape.assign(t.shape().begin(), t.shape().end());
   COALESCE_ASSIGN_OR_RETURN(
       const int64_t bytes,
-      CheckedTensorBytes(field, in.dtype, in.shape, max_tensor_bytes));
+      CheckedTensorBytes(field, in.dtype, in.shape, o.max_tensor_bytes));
   if (no_data) return in;
+  if (t.data_case() == v1::Tensor::kSharedMemory) {
+    COALESCE_ASSIGN_OR_RETURN(
+        in.data,
+        ResolveSharedMemory(t.shared_memory(),
+                            absl::StrCat(field, ".shared_memory"), bytes,
+                            /*is_output=*/false, o));
+    return in;
+  }
   if (static_cast<int64_t>(t.raw().size()) != bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".raw: has ", t.raw().size(), " bytes, but ",
@@ -160,37 +265,78 @@ absl::Status CheckSameDType(const InputTensor& t, absl::string_view field,
 }
 
 // Checks options against an op with num_outputs outputs and copies what the
-// service needs into d.
+// service needs into d; shared-memory outputs are resolved by FinishDecoded,
+// once the output sizes are known.
 absl::Status DecodeOptions(const v1::ExecutionOptions& options, int num_outputs,
-                           DecodedRequest* d) {
+                           const TensorChecks& o, DecodedRequest* d) {
   if (options.outputs_size() > num_outputs) {
     return absl::InvalidArgumentError(
         absl::StrCat("options.outputs: has ", options.outputs_size(),
                      " entries, but this op has ", num_outputs, " output(s)"));
   }
+  d->output_targets.assign(num_outputs, OutputTarget());
   for (int i = 0; i < options.outputs_size(); ++i) {
     const v1::OutputPlacement placement = options.outputs(i).placement();
-    if (placement == v1::OUTPUT_PLACEMENT_INLINE) continue;
     const std::string field =
         absl::StrCat("options.outputs[", i, "].placement");
-    if (!v1::OutputPlacement_IsValid(placement)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": unknown placement ", placement));
+    switch (placement) {
+      case v1::OUTPUT_PLACEMENT_INLINE:
+        break;
+      case v1::OUTPUT_PLACEMENT_SERVER_HANDLE:
+        if (o.plane.tensors == nullptr) {
+          return absl::UnimplementedError(absl::StrCat(
+              field, ": OUTPUT_PLACEMENT_SERVER_HANDLE is not served here"));
+        }
+        break;
+      case v1::OUTPUT_PLACEMENT_SHARED_MEMORY:
+        if (!options.outputs(i).has_shared_memory()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "options.outputs[", i,
+              "].shared_memory: required for OUTPUT_PLACEMENT_SHARED_MEMORY"));
+        }
+        d->output_targets[i].shared_memory = options.outputs(i).shared_memory();
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": unknown placement ", placement));
     }
-    return absl::UnimplementedError(
-        absl::StrCat(field, ": ", v1::OutputPlacement_Name(placement),
-                     " is not served yet; use OUTPUT_PLACEMENT_INLINE"));
+    d->output_targets[i].placement = placement;
   }
   d->forced_variant = options.variant();
   d->report = options.report();
   return absl::OkStatus();
 }
 
-// Fills the parts of d that follow from its problem: operand sizes and one
-// null output pointer per output.
-void FinishDecoded(DecodedRequest* d) {
+// Fills the parts of d that follow from its problem: operand sizes, one
+// output pointer per output (null but for shared-memory outputs, resolved
+// here) and the references the operands need kept alive.
+absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
   d->sizes = OperandBytes(d->problem);
   d->host.outputs.assign(d->sizes.outputs.size(), nullptr);
+  for (size_t i = 0; i < d->output_targets.size(); ++i) {
+    OutputTarget& target = d->output_targets[i];
+    if (target.placement == v1::OUTPUT_PLACEMENT_INLINE) continue;
+    if (d->output_shapes[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.outputs[", i, "].placement: output ", i,
+                       " is not produced by this request; leave it "
+                       "OUTPUT_PLACEMENT_INLINE"));
+    }
+    if (target.placement != v1::OUTPUT_PLACEMENT_SHARED_MEMORY ||
+        o.shape_only) {
+      continue;
+    }
+    const int64_t bytes = d->sizes.outputs[i];
+    COALESCE_ASSIGN_OR_RETURN(
+        char* data, ResolveSharedMemory(
+                        target.shared_memory,
+                        absl::StrCat("options.outputs[", i, "].shared_memory"),
+                        bytes, /*is_output=*/true, o));
+    target.shared_memory.set_byte_size(static_cast<uint64_t>(bytes));
+    d->host.outputs[i] = data;
+  }
+  d->keep_alive = std::move(*o.keep_alive);
+  return absl::OkStatus();
 }
 
 absl::Status RequireTensor(bool present, absl::string_view field) {
@@ -290,13 +436,19 @@ absl::StatusOr<const void*> DecodeHiddenVector(const v1::Tensor& t,
                                                absl::string_view field,
                                                DType dtype, int64_t hidden,
                                                const TensorChecks& o) {
-  if (t.shape_size() != 1 || t.shape(0) != hidden) {
+  const auto wrong_shape = [&](absl::Span<const int64_t> shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".shape: must be [", hidden,
-        "] to match x's last dimension, got ", ShapeString(t.shape())));
+        "] to match x's last dimension, got ", ShapeString(shape)));
+  };
+  // A handle's shape is the stored tensor's, checked once it is resolved.
+  if (t.data_case() != v1::Tensor::kHandle &&
+      (t.shape_size() != 1 || t.shape(0) != hidden)) {
+    return wrong_shape(t.shape());
   }
   COALESCE_ASSIGN_OR_RETURN(const InputTensor v,
-                            DecodeInput(t, field, 1, 1, o));
+                            DecodeInput(t, field, 1, kMaxRank, o));
+  if (v.shape.size() != 1 || v.shape[0] != hidden) return wrong_shape(v.shape);
   COALESCE_RETURN_IF_ERROR(CheckSameDType(v, field, dtype, "x"));
   return v.data;
 }
@@ -317,8 +469,9 @@ v1::DataType ToProto(DType t) {
 
 absl::StatusOr<DecodedRequest> DecodeTranspose(
     const v1::TransposeRequest& request, int64_t max_tensor_bytes,
-    bool shape_only) {
-  const TensorChecks o{max_tensor_bytes, shape_only};
+    bool shape_only, const DataPlane& plane) {
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  const TensorChecks o{max_tensor_bytes, shape_only, plane, &keep_alive};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_input(), "input"));
   COALESCE_ASSIGN_OR_RETURN(InputTensor in,
                             DecodeInput(request.input(), "input", 2, 3, o));
@@ -330,20 +483,22 @@ absl::StatusOr<DecodedRequest> DecodeTranspose(
   p.cols = in.shape[rank - 1];
 
   DecodedRequest d;
-  COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 1, &d));
+  COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 1, o, &d));
   Shape out_shape = in.shape;
   std::swap(out_shape[rank - 2], out_shape[rank - 1]);
   d.output_shapes = {std::move(out_shape)};
   d.problem = p;
   d.host.inputs = {in.data};
-  FinishDecoded(&d);
+  COALESCE_RETURN_IF_ERROR(FinishDecoded(o, &d));
   return d;
 }
 
 absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
                                           int64_t max_tensor_bytes,
-                                          bool shape_only) {
-  const TensorChecks o{max_tensor_bytes, shape_only};
+                                          bool shape_only,
+                                          const DataPlane& plane) {
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  const TensorChecks o{max_tensor_bytes, shape_only, plane, &keep_alive};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_a(), "a"));
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_b(), "b"));
   COALESCE_ASSIGN_OR_RETURN(const InputTensor a,
@@ -427,18 +582,19 @@ absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
       CheckedTensorBytes("d", p.dtype, d_shape, max_tensor_bytes).status());
 
   DecodedRequest d;
-  COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 1, &d));
+  COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 1, o, &d));
   d.output_shapes = {std::move(d_shape)};
   d.problem = p;
   d.host.inputs = {a.data, b.data, p.has_c ? c.data : nullptr};
-  FinishDecoded(&d);
+  COALESCE_RETURN_IF_ERROR(FinishDecoded(o, &d));
   return d;
 }
 
 absl::StatusOr<DecodedRequest> DecodeConvertLayout(
     const v1::ConvertLayoutRequest& request, int64_t max_tensor_bytes,
-    bool shape_only) {
-  const TensorChecks o{max_tensor_bytes, shape_only};
+    bool shape_only, const DataPlane& plane) {
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  const TensorChecks o{max_tensor_bytes, shape_only, plane, &keep_alive};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_input(), "input"));
   PermuteProblem p;
   InputTensor in;
@@ -474,18 +630,19 @@ absl::StatusOr<DecodedRequest> DecodeConvertLayout(
   p.in_shape = in.shape;
 
   DecodedRequest d;
-  COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 1, &d));
+  COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 1, o, &d));
   d.output_shapes = {PermutedShape(p.in_shape, p.perm)};
   d.problem = std::move(p);
   d.host.inputs = {in.data};
-  FinishDecoded(&d);
+  COALESCE_RETURN_IF_ERROR(FinishDecoded(o, &d));
   return d;
 }
 
 absl::StatusOr<DecodedRequest> DecodeGeluLayerNorm(
     const v1::GeluLayerNormRequest& request, int64_t max_tensor_bytes,
-    bool shape_only) {
-  const TensorChecks o{max_tensor_bytes, shape_only};
+    bool shape_only, const DataPlane& plane) {
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  const TensorChecks o{max_tensor_bytes, shape_only, plane, &keep_alive};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_x(), "x"));
   COALESCE_ASSIGN_OR_RETURN(const InputTensor x,
                             DecodeInput(request.x(), "x", 1, kMaxRank, o));
@@ -549,13 +706,38 @@ absl::StatusOr<DecodedRequest> DecodeGeluLayerNorm(
   p.return_pre_norm = request.return_pre_norm();
 
   DecodedRequest d;
-  COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 2, &d));
+  COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 2, o, &d));
   // y and h have x's shape and size, already within max_tensor_bytes.
   d.output_shapes = {x.shape, p.return_pre_norm ? x.shape : Shape()};
   d.problem = p;
   d.host.inputs = {x.data, bias, residual, gamma, beta};
-  FinishDecoded(&d);
+  COALESCE_RETURN_IF_ERROR(FinishDecoded(o, &d));
   return d;
+}
+
+absl::StatusOr<TensorHeader> DecodePutTensorHeader(
+    const v1::PutTensorHeader& header) {
+  TensorHeader h;
+  COALESCE_ASSIGN_OR_RETURN(h.dtype, DecodeDType(header.dtype(), "header"));
+  COALESCE_RETURN_IF_ERROR(CheckShape(header.shape(), "header", 1, kMaxRank));
+  h.shape.assign(header.shape().begin(), header.shape().end());
+  // Handles are bounded by the store's quota and cap, not by the inline
+  // limit: uploads in chunks exist for tensors past protobuf's 2 GiB.
+  COALESCE_ASSIGN_OR_RETURN(
+      h.bytes, CheckedTensorBytes("header", h.dtype, h.shape,
+                                  std::numeric_limits<int64_t>::max()));
+  return h;
+}
+
+absl::StatusOr<int64_t> DecodeChunkBytes(int64_t requested,
+                                         int64_t default_bytes,
+                                         int64_t max_bytes) {
+  if (requested < 0 || requested > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes: must be in [0, ", max_bytes, "], got ",
+                     requested, " (0: the default of ", default_bytes, ")"));
+  }
+  return requested == 0 ? std::min(default_bytes, max_bytes) : requested;
 }
 
 }  // namespace coalesce

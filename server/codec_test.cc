@@ -171,15 +171,15 @@ TEST(CodecTest, RawLengthMismatch) {
               {"input.raw: has 20 bytes", "needs 24"});
 }
 
-TEST(CodecTest, HandleIsUnimplemented) {
+TEST(CodecTest, HandleWithoutDataPlaneIsUnimplemented) {
   v1::Tensor t = MakeTensor({2, 3});
   t.set_handle("tensor-7");
   ExpectError(DecodeTranspose(Transpose(t), kMax),
               absl::StatusCode::kUnimplemented,
-              {"input.handle: server-side tensor handles are not served yet"});
+              {"input.handle: server-side tensor handles are not served"});
 }
 
-TEST(CodecTest, SharedMemoryIsUnimplemented) {
+TEST(CodecTest, SharedMemoryWithoutDataPlaneIsUnimplemented) {
   v1::Tensor t = MakeTensor({2, 3});
   t.mutable_shared_memory()->set_region("r");
   ExpectError(DecodeTranspose(Transpose(t), kMax),
@@ -194,7 +194,7 @@ TEST(CodecTest, NoTensorData) {
               {"input.raw: no tensor data"});
 }
 
-TEST(CodecTest, NonInlineOutputIsUnimplemented) {
+TEST(CodecTest, HandleOutputWithoutDataPlaneIsUnimplemented) {
   v1::TransposeRequest r = Transpose(MakeTensor({2, 3}));
   r.mutable_options()->add_outputs()->set_placement(
       v1::OUTPUT_PLACEMENT_SERVER_HANDLE);

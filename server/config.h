@@ -28,6 +28,21 @@ struct ServerConfig {
   // Variant selection: autotuning mode, tuning cache and shipped table
   // (kernels/core/selector.h).
   SelectorOptions selection;
+  // Tensors kept on the server (server/tensor_store.h): bytes per client,
+  // bytes in all, and how long an unused tensor lives (0: until deleted).
+  int64_t tensor_quota_bytes = int64_t{4} << 30;
+  int64_t tensor_cap_bytes = int64_t{8} << 30;
+  double tensor_ttl_seconds = 600;
+  // gRPC transport settings, chosen in docs/DATAPATH.md. HTTP/2 streams one
+  // connection may carry at once (the bench's --concurrency shares one).
+  int max_concurrent_streams = 1024;
+  // Threads the synchronous server may run at once (grpc::ResourceQuota).
+  // A request arriving past it fails with RESOURCE_EXHAUSTED, so this is a
+  // safety bound, not a tuning knob.
+  int max_threads = 1024;
+  // Initial HTTP/2 stream flow-control window in bytes (gRPC's
+  // lookahead; BDP probing grows it from there).
+  int stream_window_bytes = 8 << 20;
 };
 
 // protobuf `bytes` fields hold at most 2^31 - 1 bytes.

@@ -61,6 +61,16 @@ ABSL_FLAG(std::string, tuning_cache, "",
 ABSL_FLAG(std::string, tuning_table, "",
           "shipped table of choices measured on a device of this name "
           "(written by `coalesce tune`), consulted after the cache");
+ABSL_FLAG(int64_t, tensor_quota_bytes, int64_t{4} << 30,
+          "bytes of server-side tensors (handles) one client may hold; the "
+          "client is the x-coalesce-client metadata, else its address");
+ABSL_FLAG(int64_t, tensor_cap_bytes, int64_t{8} << 30,
+          "bytes of server-side tensors all clients together may hold");
+ABSL_FLAG(double, tensor_ttl_s, 600,
+          "seconds an unused server-side tensor lives before it is freed; 0: "
+          "until deleted");
+ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
+          "HTTP/2 streams (concurrent RPCs) one connection may carry");
 
 namespace coalesce {
 namespace {
@@ -178,6 +188,22 @@ bool CheckFlagValues(std::string* error) {
                           absl::GetFlag(FLAGS_max_message_bytes));
     return false;
   }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{
+            "tensor_quota_bytes", absl::GetFlag(FLAGS_tensor_quota_bytes)},
+        {"tensor_cap_bytes", absl::GetFlag(FLAGS_tensor_cap_bytes)},
+        {"max_concurrent_streams",
+         absl::GetFlag(FLAGS_max_concurrent_streams)}}) {
+    if (value < 1) {
+      *error = absl::StrCat("--", flag, " must be >= 1, not ", value);
+      return false;
+    }
+  }
+  if (!(absl::GetFlag(FLAGS_tensor_ttl_s) >= 0)) {
+    *error = absl::StrCat("--tensor_ttl_s must be >= 0, not ",
+                          absl::GetFlag(FLAGS_tensor_ttl_s));
+    return false;
+  }
   if (absl::GetFlag(FLAGS_threads) < 0) {
     *error = absl::StrCat("--threads must be >= 0, not ",
                           absl::GetFlag(FLAGS_threads));
@@ -204,7 +230,9 @@ int Main(int argc, char** argv) {
       "  coalesce-server [--listen=HOST:PORT] [--metrics_listen=HOST:PORT]\n"
       "                  [--device=auto|cpu|cuda] [--max_tensor_bytes=N]\n"
       "                  [--max_message_bytes=N] [--threads=N]\n"
-      "                  [--profile_sampling=off|sampled]\n\n"
+      "                  [--profile_sampling=off|sampled]\n"
+      "                  [--tensor_quota_bytes=N] [--tensor_cap_bytes=N]\n"
+      "                  [--tensor_ttl_s=S] [--max_concurrent_streams=N]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
       "then 'coalesce-server metrics on HOST:PORT' on stdout once serving;\n"
       "logs go to stderr. SIGINT or SIGTERM drains and exits. Exit status 2\n"
@@ -268,6 +296,10 @@ int Main(int argc, char** argv) {
   config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  config.tensor_quota_bytes = absl::GetFlag(FLAGS_tensor_quota_bytes);
+  config.tensor_cap_bytes = absl::GetFlag(FLAGS_tensor_cap_bytes);
+  config.tensor_ttl_seconds = absl::GetFlag(FLAGS_tensor_ttl_s);
+  config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   ParseAutotuneMode(absl::GetFlag(FLAGS_autotune), &config.selection.autotune);
   config.selection.budget_seconds =
       absl::GetFlag(FLAGS_autotune_budget_ms) * 1e-3;

@@ -1,10 +1,13 @@
 #include "server/server.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -74,16 +77,40 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                  running->selector->cache().size());
   }
   AddSelectionMetrics(running->registry.get(), running->selector.get());
+  running->tensor_memory = std::make_unique<HostTensorMemory>();
+  TensorStoreOptions store_options;
+  store_options.quota_bytes = config.tensor_quota_bytes;
+  store_options.cap_bytes = config.tensor_cap_bytes;
+  store_options.ttl = config.tensor_ttl_seconds > 0
+                          ? absl::Seconds(config.tensor_ttl_seconds)
+                          : absl::InfiniteDuration();
+  running->tensors = std::make_unique<TensorStore>(
+      store_options, running->tensor_memory.get());
+  if (store_options.ttl != absl::InfiniteDuration()) {
+    // A tenth of the TTL: a tensor outlives it by at most 10%.
+    running->tensors->StartSweeper(std::clamp(
+        store_options.ttl / 10, absl::Milliseconds(100), absl::Seconds(10)));
+  }
+  running->shared_memory = std::make_unique<SharedMemoryRegistry>();
   running->service = std::make_unique<TensorOpsService>(
       backend, config, std::move(backend_reason), running->metrics.get(),
-      running->selector.get());
+      running->selector.get(), running->tensors.get(),
+      running->shared_memory.get());
   grpc::ServerBuilder builder;
   if (!config.listen.empty()) {
     builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
                              &running->port);
   }
+  // Transport settings; docs/DATAPATH.md says why each is what it is.
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             config.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                             config.stream_window_bytes);
+  grpc::ResourceQuota quota("coalesce");
+  quota.SetMaxThreads(config.max_threads);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(running->service.get());
   running->server = builder.BuildAndStart();
   if (running->server == nullptr ||

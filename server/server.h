@@ -1,5 +1,6 @@
 // BuildServer: the one way to start the gRPC server, used by main and by the
-// tests. It serves coalesce.v1.TensorOps, the standard health service
+// tests. It serves coalesce.v1.TensorOps (with its tensor store and
+// shared-memory registry), the standard health service
 // (grpc.health.v1, SERVING while the backend is healthy) and server
 // reflection, and Prometheus metrics over HTTP from a Registry of its own
 // (no process-wide metrics state: every server, every test, starts at zero).
@@ -22,6 +23,8 @@
 #include "server/metrics/registry.h"
 #include "server/service.h"
 #include "server/service_metrics.h"
+#include "server/shared_memory.h"
+#include "server/tensor_store.h"
 
 namespace coalesce {
 
@@ -38,6 +41,11 @@ struct RunningServer {
   std::unique_ptr<ServiceMetrics> metrics;
   std::unique_ptr<metrics::HttpServer> metrics_http;  // null: no metrics_listen
   std::unique_ptr<Selector> selector;  // the service chooses variants here
+  // Tensors kept on the server and registered shared memory: freed and
+  // unmapped when the server stops.
+  std::unique_ptr<TensorMemory> tensor_memory;
+  std::unique_ptr<TensorStore> tensors;
+  std::unique_ptr<SharedMemoryRegistry> shared_memory;
   std::unique_ptr<TensorOpsService> service;
   std::unique_ptr<grpc::Server> server;
   // The TCP port actually bound (config.listen may ask for port 0); 0 when

@@ -1,11 +1,13 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <utility>
 #include <variant>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/backends.h"
 #include "kernels/core/select.h"
 #include "kernels/core/status_macros.h"
@@ -104,6 +106,46 @@ void FillReport(const Backend& backend, const Problem& p,
   }
 }
 
+// The client that tensors are charged to: the x-coalesce-client metadata,
+// else the peer's address without its port (so that one host's reconnects
+// share a quota).
+std::string ClientId(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("x-coalesce-client");
+  if (it != metadata.end() && !it->second.empty()) {
+    return std::string(it->second.data(), it->second.size());
+  }
+  std::string peer = context.peer();
+  const size_t colon = peer.rfind(':');
+  if (colon != std::string::npos && colon > peer.find(':')) {
+    peer.resize(colon);
+  }
+  return peer;
+}
+
+// Prefixes a status's message with the field it concerns.
+absl::Status InField(const absl::Status& status, absl::string_view field) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(field, ": ", status.message()));
+}
+
+void FillTensorInfo(const TensorListing& t, v1::TensorInfo* out) {
+  out->set_handle(t.handle);
+  out->set_dtype(ToProto(t.dtype));
+  out->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+  out->set_byte_size(t.bytes);
+  out->set_owner(t.owner);
+  out->set_idle_seconds(t.idle_seconds);
+}
+
+TensorListing ListingOf(const StoredTensor& t) {
+  return {t.handle, t.owner, t.dtype, t.shape, t.bytes, 0};
+}
+
+// Room left in a GetTensor message for everything but the chunk.
+constexpr int64_t kChunkMessageOverhead = 4096;
+
 void FillDeviceInfo(const DeviceInfo& dev, v1::DeviceInfo* out) {
   out->set_name(dev.name);
   out->set_backend(std::string(BackendName(dev.backend)));
@@ -141,14 +183,21 @@ class TensorOpsService::Call {
   grpc::Status Finish(const absl::Status& status,
                       const google::protobuf::Message& request,
                       const google::protobuf::Message& response) {
+    // gRPC sends no message with an error status.
+    return Finish(
+        status, static_cast<int64_t>(request.ByteSizeLong()),
+        status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0);
+  }
+
+  // For streams: the bytes of every message, as counted by the handler.
+  grpc::Status Finish(const absl::Status& status, int64_t request_bytes,
+                      int64_t response_bytes) {
     RpcOutcome outcome;
     outcome.rpc = rpc_;
     outcome.code = status.code();
     outcome.seconds = SecondsSince(start_);
-    outcome.request_bytes = static_cast<int64_t>(request.ByteSizeLong());
-    // gRPC sends no message with an error status.
-    outcome.response_bytes =
-        status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0;
+    outcome.request_bytes = request_bytes;
+    outcome.response_bytes = response_bytes;
     outcome.reached_backend = reached_backend_;
     metrics_->RpcFinished(outcome);
     return ToGrpcStatus(status);
@@ -163,12 +212,16 @@ class TensorOpsService::Call {
 
 TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
                                    std::string backend_reason,
-                                   ServiceMetrics* metrics, Selector* selector)
+                                   ServiceMetrics* metrics, Selector* selector,
+                                   TensorStore* tensors,
+                                   SharedMemoryRegistry* shared_memory)
     : backend_(backend),
       config_(std::move(config)),
       backend_reason_(std::move(backend_reason)),
       metrics_(metrics),
-      selector_(selector) {}
+      selector_(selector),
+      tensors_(tensors),
+      shared_memory_(shared_memory) {}
 
 void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health) {
   health_.store(health);
@@ -187,32 +240,75 @@ void TensorOpsService::PublishHealth() {
   health->SetServingStatus(v1::TensorOps::service_full_name(), status.ok());
 }
 
-absl::Status TensorOpsService::Run(Call& call, const DecodedRequest& d,
+absl::Status TensorOpsService::Run(Call& call,
+                                   const grpc::ServerContext& context,
+                                   const DecodedRequest& d,
                                    absl::Span<v1::Tensor* const> outputs,
                                    v1::KernelReport* report) {
   COALESCE_ASSIGN_OR_RETURN(const Selection selection,
                             selector_->Select(d.problem, d.forced_variant));
   call.metrics().VariantSelected(selection);
   Operands host = d.host;
-  const v1::DataType dtype = ToProto(OutputDType(d.problem));
+  const DType dtype = OutputDType(d.problem);
+  // Outputs kept as handles: committed only when the kernel succeeded.
+  absl::InlinedVector<std::string, 2> created;
+  const auto abandon = [&] {
+    for (const std::string& handle : created) {
+      tensors_->Delete(handle).IgnoreError();
+    }
+  };
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i] == nullptr) continue;
     v1::Tensor* out = outputs[i];
-    out->set_dtype(dtype);
+    out->set_dtype(ToProto(dtype));
     out->mutable_shape()->Add(d.output_shapes[i].begin(),
                               d.output_shapes[i].end());
-    // The kernel writes straight into the response's bytes: no copy after.
-    std::string* raw = out->mutable_raw();
-    raw->resize(d.sizes.outputs[i]);
-    host.outputs[i] = raw->data();
+    const OutputTarget& target = d.output_targets[i];
+    switch (target.placement) {
+      case v1::OUTPUT_PLACEMENT_SERVER_HANDLE: {
+        if (!tensors_->memory().host_addressable()) {
+          abandon();
+          return absl::UnimplementedError(
+              "OUTPUT_PLACEMENT_SERVER_HANDLE: this backend's tensor memory "
+              "is not host-addressable and resident execution is not "
+              "implemented yet");
+        }
+        absl::StatusOr<std::shared_ptr<StoredTensor>> t =
+            tensors_->Create(ClientId(context), "", dtype, d.output_shapes[i],
+                             d.sizes.outputs[i]);
+        if (!t.ok()) {
+          abandon();
+          return InField(t.status(), absl::StrCat("options.outputs[", i, "]"));
+        }
+        created.push_back((*t)->handle);
+        out->set_handle((*t)->handle);
+        host.outputs[i] = (*t)->data.get();
+        break;
+      }
+      case v1::OUTPUT_PLACEMENT_SHARED_MEMORY:
+        // The codec resolved and bounds-checked it: host.outputs[i] is set.
+        *out->mutable_shared_memory() = target.shared_memory;
+        break;
+      default: {
+        // The kernel writes straight into the response's bytes: no copy
+        // after.
+        std::string* raw = out->mutable_raw();
+        raw->resize(d.sizes.outputs[i]);
+        host.outputs[i] = raw->data();
+      }
+    }
   }
   RunResult run;
   call.BackendStarted();
   const absl::Status status =
       backend_->Execute(*selection.variant, d.problem, host, &run);
   if (!status.ok()) {
+    abandon();
     PublishHealth();
     return status;
+  }
+  for (const std::string& handle : created) {
+    COALESCE_RETURN_IF_ERROR(tensors_->Commit(handle));
   }
   const KernelObservation kernel =
       Observe(backend_->device(), d.problem, *selection.variant, run);
@@ -223,51 +319,55 @@ absl::Status TensorOpsService::Run(Call& call, const DecodedRequest& d,
   return absl::OkStatus();
 }
 
-grpc::Status TensorOpsService::Transpose(grpc::ServerContext* /*context*/,
+grpc::Status TensorOpsService::Transpose(grpc::ServerContext* context,
                                          const v1::TransposeRequest* request,
                                          v1::TransposeResponse* response) {
   Call call(metrics_, Rpc::kTranspose);
   const absl::StatusOr<DecodedRequest> d =
-      DecodeTranspose(*request, config_.max_tensor_bytes);
+      DecodeTranspose(*request, config_.max_tensor_bytes,
+                      /*shape_only=*/false, plane());
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(Run(call, *d, {response->mutable_output()},
+  return call.Finish(Run(call, *context, *d, {response->mutable_output()},
                          d->report ? response->mutable_report() : nullptr),
                      *request, *response);
 }
 
-grpc::Status TensorOpsService::Gemm(grpc::ServerContext* /*context*/,
+grpc::Status TensorOpsService::Gemm(grpc::ServerContext* context,
                                     const v1::GemmRequest* request,
                                     v1::GemmResponse* response) {
   Call call(metrics_, Rpc::kGemm);
   const absl::StatusOr<DecodedRequest> d =
-      DecodeGemm(*request, config_.max_tensor_bytes);
+      DecodeGemm(*request, config_.max_tensor_bytes,
+                 /*shape_only=*/false, plane());
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(Run(call, *d, {response->mutable_d()},
+  return call.Finish(Run(call, *context, *d, {response->mutable_d()},
                          d->report ? response->mutable_report() : nullptr),
                      *request, *response);
 }
 
 grpc::Status TensorOpsService::ConvertLayout(
-    grpc::ServerContext* /*context*/, const v1::ConvertLayoutRequest* request,
+    grpc::ServerContext* context, const v1::ConvertLayoutRequest* request,
     v1::ConvertLayoutResponse* response) {
   Call call(metrics_, Rpc::kConvertLayout);
   const absl::StatusOr<DecodedRequest> d =
-      DecodeConvertLayout(*request, config_.max_tensor_bytes);
+      DecodeConvertLayout(*request, config_.max_tensor_bytes,
+                          /*shape_only=*/false, plane());
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(Run(call, *d, {response->mutable_output()},
+  return call.Finish(Run(call, *context, *d, {response->mutable_output()},
                          d->report ? response->mutable_report() : nullptr),
                      *request, *response);
 }
 
 grpc::Status TensorOpsService::GeluLayerNorm(
-    grpc::ServerContext* /*context*/, const v1::GeluLayerNormRequest* request,
+    grpc::ServerContext* context, const v1::GeluLayerNormRequest* request,
     v1::GeluLayerNormResponse* response) {
   Call call(metrics_, Rpc::kGeluLayerNorm);
   const absl::StatusOr<DecodedRequest> d =
-      DecodeGeluLayerNorm(*request, config_.max_tensor_bytes);
+      DecodeGeluLayerNorm(*request, config_.max_tensor_bytes,
+                          /*shape_only=*/false, plane());
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
   v1::Tensor* h = d->sizes.outputs[kLnH] > 0 ? response->mutable_h() : nullptr;
-  return call.Finish(Run(call, *d, {response->mutable_y(), h},
+  return call.Finish(Run(call, *context, *d, {response->mutable_y(), h},
                          d->report ? response->mutable_report() : nullptr),
                      *request, *response);
 }
@@ -307,18 +407,19 @@ grpc::Status TensorOpsService::ExplainSelection(
   absl::StatusOr<DecodedRequest> d;
   switch (request->request_case()) {
     case v1::ExplainSelectionRequest::kTranspose:
-      d = DecodeTranspose(request->transpose(), max, /*shape_only=*/true);
+      d = DecodeTranspose(request->transpose(), max, /*shape_only=*/true,
+                          plane());
       break;
     case v1::ExplainSelectionRequest::kGemm:
-      d = DecodeGemm(request->gemm(), max, /*shape_only=*/true);
+      d = DecodeGemm(request->gemm(), max, /*shape_only=*/true, plane());
       break;
     case v1::ExplainSelectionRequest::kConvertLayout:
       d = DecodeConvertLayout(request->convert_layout(), max,
-                              /*shape_only=*/true);
+                              /*shape_only=*/true, plane());
       break;
     case v1::ExplainSelectionRequest::kGeluLayerNorm:
       d = DecodeGeluLayerNorm(request->gelu_layer_norm(), max,
-                              /*shape_only=*/true);
+                              /*shape_only=*/true, plane());
       break;
     default:
       d = absl::InvalidArgumentError(
@@ -346,6 +447,170 @@ grpc::Status TensorOpsService::ExplainSelection(
   response->set_chosen_variant(std::string(e.chosen.variant->name()));
   response->set_source(e.chosen.source);
   response->set_reason(e.chosen.reason);
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+grpc::Status TensorOpsService::Echo(grpc::ServerContext* /*context*/,
+                                    const v1::EchoRequest* request,
+                                    v1::EchoResponse* response) {
+  Call call(metrics_, Rpc::kEcho);
+  // One copy into the response, as an op writes its output into one.
+  *response->mutable_payload() = request->payload();
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+grpc::Status TensorOpsService::PutTensor(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::PutTensorRequest>* reader,
+    v1::PutTensorResponse* response) {
+  Call call(metrics_, Rpc::kPutTensor);
+  int64_t request_bytes = 0;
+  v1::PutTensorRequest message;
+  const absl::Status status = [&]() -> absl::Status {
+    if (!reader->Read(&message)) {
+      return absl::InvalidArgumentError(
+          "header: the stream ended before its first message");
+    }
+    request_bytes += static_cast<int64_t>(message.ByteSizeLong());
+    if (message.part_case() != v1::PutTensorRequest::kHeader) {
+      return absl::InvalidArgumentError(
+          "header: the first message must carry the header (dtype, shape), "
+          "not a chunk");
+    }
+    COALESCE_ASSIGN_OR_RETURN(const TensorHeader h,
+                              DecodePutTensorHeader(message.header()));
+    // Quota, cap and name are checked here, before any chunk is accepted.
+    COALESCE_ASSIGN_OR_RETURN(
+        const std::shared_ptr<StoredTensor> t,
+        tensors_->Create(ClientId(*context), message.header().name(), h.dtype,
+                         h.shape, h.bytes));
+    const absl::Status received = [&]() -> absl::Status {
+      int64_t offset = 0;
+      for (int64_t n = 1; reader->Read(&message); ++n) {
+        request_bytes += static_cast<int64_t>(message.ByteSizeLong());
+        if (message.part_case() != v1::PutTensorRequest::kChunk) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "chunk: message ", n,
+              " carries no chunk; only the first message carries the header"));
+        }
+        const int64_t size = static_cast<int64_t>(message.chunk().size());
+        if (size > h.bytes - offset) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "chunk: message ", n, " ends at byte ", offset + size,
+              ", past the tensor's ", h.bytes, " bytes"));
+        }
+        tensors_->memory().CopyIn(t->data.get(), offset, message.chunk().data(),
+                                  size);
+        offset += size;
+      }
+      if (offset != h.bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chunk: the stream ended after ", offset,
+                         " bytes of the tensor's ", h.bytes));
+      }
+      return tensors_->Commit(t->handle);
+    }();
+    if (!received.ok()) {
+      tensors_->Delete(t->handle).IgnoreError();
+      return received;
+    }
+    FillTensorInfo(ListingOf(*t), response->mutable_tensor());
+    return absl::OkStatus();
+  }();
+  return call.Finish(
+      status, request_bytes,
+      status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+}
+
+grpc::Status TensorOpsService::GetTensor(
+    grpc::ServerContext* /*context*/, const v1::GetTensorRequest* request,
+    grpc::ServerWriter<v1::GetTensorResponse>* writer) {
+  Call call(metrics_, Rpc::kGetTensor);
+  int64_t response_bytes = 0;
+  const absl::Status status = [&]() -> absl::Status {
+    COALESCE_ASSIGN_OR_RETURN(
+        const int64_t chunk_bytes,
+        DecodeChunkBytes(request->chunk_bytes(), kDefaultChunkBytes,
+                         config_.max_message_bytes - kChunkMessageOverhead));
+    absl::StatusOr<std::shared_ptr<const StoredTensor>> t =
+        tensors_->Find(request->handle());
+    if (!t.ok()) return InField(t.status(), "handle");
+    const StoredTensor& tensor = **t;
+    v1::GetTensorResponse message;
+    FillTensorInfo(ListingOf(tensor), message.mutable_tensor());
+    for (int64_t offset = 0; offset < tensor.bytes; offset += chunk_bytes) {
+      const int64_t size = std::min(chunk_bytes, tensor.bytes - offset);
+      std::string* chunk = message.mutable_chunk();
+      chunk->resize(size);
+      tensors_->memory().CopyOut(tensor.data.get(), offset, chunk->data(),
+                                 size);
+      response_bytes += static_cast<int64_t>(message.ByteSizeLong());
+      if (!writer->Write(message)) {
+        return absl::CancelledError("the client stopped reading");
+      }
+      message.clear_tensor();
+    }
+    return absl::OkStatus();
+  }();
+  return call.Finish(status, request->ByteSizeLong(), response_bytes);
+}
+
+grpc::Status TensorOpsService::DeleteTensor(
+    grpc::ServerContext* /*context*/, const v1::DeleteTensorRequest* request,
+    v1::DeleteTensorResponse* response) {
+  Call call(metrics_, Rpc::kDeleteTensor);
+  absl::StatusOr<int64_t> freed = tensors_->Delete(request->handle());
+  if (freed.ok()) response->set_freed_bytes(*freed);
+  return call.Finish(InField(freed.status(), "handle"), *request, *response);
+}
+
+grpc::Status TensorOpsService::ListTensors(
+    grpc::ServerContext* context, const v1::ListTensorsRequest* request,
+    v1::ListTensorsResponse* response) {
+  Call call(metrics_, Rpc::kListTensors);
+  const std::string client = ClientId(*context);
+  for (const TensorListing& t : tensors_->List(client)) {
+    FillTensorInfo(t, response->add_tensors());
+  }
+  response->set_used_bytes(tensors_->used_bytes(client));
+  response->set_quota_bytes(tensors_->options().quota_bytes);
+  response->set_total_used_bytes(tensors_->total_used_bytes());
+  response->set_cap_bytes(tensors_->options().cap_bytes);
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+grpc::Status TensorOpsService::RegisterSharedMemory(
+    grpc::ServerContext* /*context*/,
+    const v1::RegisterSharedMemoryRequest* request,
+    v1::RegisterSharedMemoryResponse* response) {
+  Call call(metrics_, Rpc::kRegisterSharedMemory);
+  return call.Finish(
+      shared_memory_->Register(request->name(), request->key(),
+                               request->offset(), request->byte_size()),
+      *request, *response);
+}
+
+grpc::Status TensorOpsService::UnregisterSharedMemory(
+    grpc::ServerContext* /*context*/,
+    const v1::UnregisterSharedMemoryRequest* request,
+    v1::UnregisterSharedMemoryResponse* response) {
+  Call call(metrics_, Rpc::kUnregisterSharedMemory);
+  return call.Finish(shared_memory_->Unregister(request->name()), *request,
+                     *response);
+}
+
+grpc::Status TensorOpsService::ListSharedMemory(
+    grpc::ServerContext* /*context*/,
+    const v1::ListSharedMemoryRequest* request,
+    v1::ListSharedMemoryResponse* response) {
+  Call call(metrics_, Rpc::kListSharedMemory);
+  for (const SharedMemoryListing& r : shared_memory_->List()) {
+    v1::SharedMemoryRegion* out = response->add_regions();
+    out->set_name(r.name);
+    out->set_key(r.key);
+    out->set_offset(r.offset);
+    out->set_byte_size(r.byte_size);
+  }
   return call.Finish(absl::OkStatus(), *request, *response);
 }
 

@@ -30,8 +30,16 @@ enum class Rpc : int {
   kGeluLayerNorm = 3,
   kGetServerInfo = 4,
   kExplainSelection = 5,
+  kEcho = 6,
+  kPutTensor = 7,
+  kGetTensor = 8,
+  kDeleteTensor = 9,
+  kListTensors = 10,
+  kRegisterSharedMemory = 11,
+  kUnregisterSharedMemory = 12,
+  kListSharedMemory = 13,
 };
-inline constexpr int kNumRpcs = 6;
+inline constexpr int kNumRpcs = 14;
 inline constexpr int kNumKernelRpcs = 4;
 static_assert(static_cast<int>(Rpc::kGeluLayerNorm) ==
                   static_cast<int>(OpKind::kGeluLayerNorm) &&
@@ -42,8 +50,8 @@ inline Rpc RpcOf(OpKind op) { return static_cast<Rpc>(op); }
 inline bool RunsKernel(Rpc rpc) {
   return static_cast<int>(rpc) < kNumKernelRpcs;
 }
-// OpName of the op for the four kernel RPCs; "get_server_info",
-// "explain_selection" for the others.
+// OpName of the op for the four kernel RPCs; the RPC's name in snake case
+// ("get_server_info", "put_tensor", ...) for the others.
 absl::string_view RpcName(Rpc rpc);
 
 // One successful kernel execution.

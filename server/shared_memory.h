@@ -1,0 +1,94 @@
+// System shared memory in the style of Triton's extension: a client on the
+// same host creates a POSIX shared-memory object (shm_open), registers a
+// byte range of it under a name, and then names that range in requests
+// instead of sending tensor bytes. The server maps the object read-write
+// once, at registration, and kernels read inputs from and write outputs
+// into the mapping directly: no copy of the tensor bytes on the server.
+//
+// Every use checks the object again (one fstat): a region whose object was
+// unlinked or truncated below the registered range answers
+// FAILED_PRECONDITION instead of the SIGBUS that touching it would raise. A
+// client that truncates the object while a request is using it can still
+// crash the server; like Triton's, the extension trusts same-host clients
+// that far (docs/DATAPATH.md).
+//
+// Thread-safety: SharedMemoryRegistry is thread-safe. A region stays mapped
+// while any request holds its shared_ptr, so Unregister never unmaps memory
+// a kernel is using.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace coalesce {
+
+// One registered, mapped region. Immutable; unmapped when the last
+// reference goes.
+class SharedMemoryRegion {
+ public:
+  SharedMemoryRegion(std::string name, std::string key, uint64_t offset,
+                     uint64_t byte_size, int fd, void* mapping,
+                     uint64_t mapping_bytes);
+  ~SharedMemoryRegion();
+  SharedMemoryRegion(const SharedMemoryRegion&) = delete;
+  SharedMemoryRegion& operator=(const SharedMemoryRegion&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& key() const { return key_; }
+  uint64_t offset() const { return offset_; }
+  uint64_t byte_size() const { return byte_size_; }
+  // The registered range's first byte.
+  char* data() const { return static_cast<char*>(mapping_) + offset_; }
+  // FAILED_PRECONDITION when the object was unlinked or no longer covers
+  // the registered range.
+  absl::Status CheckAlive() const;
+
+ private:
+  const std::string name_;
+  const std::string key_;
+  const uint64_t offset_;
+  const uint64_t byte_size_;
+  const int fd_;
+  void* const mapping_;  // the object's bytes [0, offset + byte_size)
+  const uint64_t mapping_bytes_;
+};
+
+struct SharedMemoryListing {
+  std::string name;
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
+class SharedMemoryRegistry {
+ public:
+  // Opens and maps [offset, offset + byte_size) of the object key.
+  // INVALID_ARGUMENT for an empty name or key, a zero byte_size or a range
+  // past the object's end; NOT_FOUND when the object does not exist;
+  // ALREADY_EXISTS when name is registered.
+  absl::Status Register(absl::string_view name, absl::string_view key,
+                        uint64_t offset, uint64_t byte_size);
+  // NOT_FOUND when name is not registered.
+  absl::Status Unregister(absl::string_view name);
+  std::vector<SharedMemoryListing> List() const;
+  // A registered region (NOT_FOUND otherwise), not yet checked: callers
+  // check the range they use and then CheckAlive.
+  absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> Find(
+      absl::string_view name) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<const SharedMemoryRegion>, std::less<>>
+      regions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace coalesce
