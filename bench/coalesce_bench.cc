@@ -1,4 +1,6 @@
-// coalesce-bench: checks and times kernel variants on the device.
+// coalesce-bench: checks and times kernel variants on the device (kernels
+// mode), or drives a running server end to end (service mode,
+// service_bench.cc).
 //
 //   coalesce-bench kernels [--ops=transpose,convert_layout]
 //       [--dtypes=float32,bfloat16] [--preset=targets|quick]
@@ -18,12 +20,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/service_bench.h"
 #include "kernels/backends.h"
 #include "kernels/core/permute.h"
 #include "kernels/testing/conformance.h"
@@ -39,7 +42,9 @@ ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
 ABSL_FLAG(std::string, variants, "",
           "only variants whose name contains one of these (comma-separated)");
 ABSL_FLAG(std::string, shape, "",
-          "only cases of this shape, as printed (e.g. 1,8192,8192)");
+          "kernels mode: only cases of this shape, as printed (e.g. "
+          "1,8192,8192); service mode: the input tensor's shape (e.g. "
+          "4096,4096), overriding the one derived from --bytes");
 ABSL_FLAG(int, reps, 30, "timed repetitions (median reported)");
 ABSL_FLAG(int, warmup, 5, "untimed warm-up runs");
 ABSL_FLAG(int64_t, check_max_elements, int64_t{1} << 27,
@@ -120,9 +125,9 @@ std::vector<Case> Cases(OpKind op, DType t, const std::string& preset) {
   }
   if (op == OpKind::kGeluLayerNorm) {
     if (quick) return {GeluLnCase(t, 128, 768)};
-    return {GeluLnCase(t, 16384, 768), GeluLnCase(t, 8192, 1024),
+    return {GeluLnCase(t, 16384, 768),  GeluLnCase(t, 8192, 1024),
             GeluLnCase(t, 32768, 2048), GeluLnCase(t, 8192, 4096),
-            GeluLnCase(t, 4096, 8192), GeluLnCase(t, 128, 768)};
+            GeluLnCase(t, 4096, 8192),  GeluLnCase(t, 128, 768)};
   }
   if (op == OpKind::kTranspose) {
     if (quick) {
@@ -130,7 +135,8 @@ std::vector<Case> Cases(OpKind op, DType t, const std::string& preset) {
       out.push_back(TransposeCase(t, 4, 1000, 777));
       return out;
     }
-    for (int64_t n : {4096, 8192, 16384}) out.push_back(TransposeCase(t, 1, n, n));
+    for (int64_t n : {4096, 8192, 16384})
+      out.push_back(TransposeCase(t, 1, n, n));
     out.push_back(TransposeCase(t, 1, 4096, 12288));
     out.push_back(TransposeCase(t, 1, 1024, 1024));
     out.push_back(TransposeCase(t, 32, 1024, 1024));
@@ -193,11 +199,18 @@ std::string JsonEscape(absl::string_view s) {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coalesce-bench kernels [flags]: check and time every kernel variant "
-      "over a shape preset; prints a table, writes --json.");
+      "over a shape preset; prints a table, writes --json.\n"
+      "coalesce-bench service --server=HOST:PORT [flags]: drive a running "
+      "server (ops x transports, each against Echo); prints a table, writes "
+      "--json.");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() == 2 && std::string(args[1]) == "service") {
+    return RunServiceBench();
+  }
   if (args.size() != 2 || std::string(args[1]) != "kernels") {
     std::fprintf(stderr,
-                 "usage: coalesce-bench kernels [flags] (--help for flags)\n");
+                 "usage: coalesce-bench kernels|service [flags] (--help for "
+                 "flags)\n");
     return 2;
   }
   BackendOptions bo;
@@ -272,15 +285,16 @@ int Main(int argc, char** argv) {
   const int64_t check_max = absl::GetFlag(FLAGS_check_max_elements);
   std::vector<std::string> json_rows;
   std::string table = absl::StrFormat(
-      "%-15s %-8s %-24s %-34s %10s %9s %6s %9s %5s %5s %7s %s\n", "op",
-      "dtype", "shape", "variant", "us", "GB/s", "xpeak", "GFLOP/s", "occ",
-      "regs", "smem", "check");
+      "%-15s %-8s %-24s %-34s %10s %9s %6s %9s %5s %5s %7s %s\n", "op", "dtype",
+      "shape", "variant", "us", "GB/s", "xpeak", "GFLOP/s", "occ", "regs",
+      "smem", "check");
   int failures = 0;
   const absl::Time start = absl::Now();
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
     const Problem& p = j.c.problem;
-    const std::string shape = absl::StrCat("[", absl::StrJoin(ShapeOf(p), ","), "]");
+    const std::string shape =
+        absl::StrCat("[", absl::StrJoin(ShapeOf(p), ","), "]");
     std::fprintf(stderr, "\r[%zu/%zu %.0fs] %-14s %-8s %-22s %-34s", i + 1,
                  jobs.size(), absl::ToDoubleSeconds(absl::Now() - start),
                  j.c.label.c_str(), std::string(DTypeName(DTypeOf(p))).c_str(),
@@ -312,8 +326,7 @@ int Main(int argc, char** argv) {
         "%-15s %-8s %-24s %-34s %10.2f %9.1f %6.3f %9.1f %5.2f %5d %7d %s\n",
         j.c.label, DTypeName(DTypeOf(p)), shape, j.v->name(),
         r->median_seconds * 1e6, gbps, frac, flops / r->median_seconds / 1e9,
-        r->launch.theoretical_occupancy,
-        r->launch.registers_per_thread,
+        r->launch.theoretical_occupancy, r->launch.registers_per_thread,
         static_cast<int>(r->launch.shared_memory_bytes),
         check.size() > 40 ? check.substr(0, 40) : check);
     json_rows.push_back(absl::StrFormat(
@@ -329,7 +342,8 @@ int Main(int argc, char** argv) {
         bytes, flops, gbps, frac, r->launch.theoretical_occupancy,
         r->launch.waves, r->launch.registers_per_thread,
         static_cast<int>(r->launch.shared_memory_bytes),
-        static_cast<int>(r->launch.grid[0]), static_cast<int>(r->launch.grid[1]),
+        static_cast<int>(r->launch.grid[0]),
+        static_cast<int>(r->launch.grid[1]),
         static_cast<int>(r->launch.grid[2]),
         static_cast<int>(r->launch.block[0]),
         static_cast<int>(r->launch.block[1]),

@@ -1,0 +1,569 @@
+// coalesce-bench service: the end-to-end service benchmark.
+//
+//   coalesce-bench service --server=HOST:PORT [--op=transpose,gelu-ln,echo]
+//       [--transport=inline,handle,shm] [--bytes=65536,67108864]
+//       [--concurrency=16,2] [--shape=R,C] [--duration_s=5 | --count=N]
+//       [--warmup_s=0.5] [--json=FILE]
+//
+// For every (bytes, concurrency) case (the lists pair up position by
+// position when both have several entries, otherwise one is repeated), it
+// runs Echo with a payload of the tensor's size first, then every op over
+// every transport, each phase for --duration_s (or --count requests) after
+// --warmup_s untimed. Each of --concurrency workers owns a connection and
+// issues one request at a time.
+//
+// Transports: inline (tensor bytes in the request and the response), handle
+// (the input uploaded once with PutTensor, the output kept on the server;
+// every op is followed by an untimed DeleteTensor of its output) and shm (a
+// POSIX shared-memory region per worker, registered with the server, holds
+// the input and receives the output).
+//
+// Figures: requests/s, GB/s (input + output tensor bytes per request, the
+// payload twice for Echo), latency p50/p90/p99/max of the timed requests,
+// errors, and requests/s and GB/s as a ratio to Echo of the same case.
+#include "bench/service_bench.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/client.h"
+
+ABSL_FLAG(std::string, server, "localhost:50051",
+          "service mode: the coalesce-server to drive");
+ABSL_FLAG(std::string, op, "transpose",
+          "service mode: comma-separated ops (transpose, gelu-ln, echo); Echo "
+          "always runs first as the floor");
+ABSL_FLAG(std::string, transport, "inline",
+          "service mode: comma-separated transports (inline, handle, shm)");
+ABSL_FLAG(std::string, bytes, "65536",
+          "service mode: comma-separated float32 tensor sizes in bytes");
+ABSL_FLAG(std::string, concurrency, "16",
+          "service mode: comma-separated concurrent streams");
+ABSL_FLAG(double, duration_s, 5, "service mode: timed seconds per phase");
+ABSL_FLAG(int64_t, count, 0,
+          "service mode: timed requests per phase (overrides --duration_s)");
+ABSL_FLAG(double, warmup_s, 0.5, "service mode: untimed seconds per phase");
+ABSL_DECLARE_FLAG(std::string, json);
+ABSL_DECLARE_FLAG(std::string, shape);
+
+namespace coalesce {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One worker's means of issuing requests of a phase.
+struct Worker {
+  std::unique_ptr<Client> client;
+  // Issues one request; the timed part.
+  std::function<absl::Status()> request;
+  // Runs after each request, untimed (handle transport: free the output).
+  std::function<void()> after;
+  // Frees what setup made (shared memory, handles).
+  std::function<void()> cleanup;
+};
+
+struct Phase {
+  std::string op;
+  std::string transport;
+  int64_t tensor_bytes = 0;
+  int concurrency = 1;
+};
+
+struct PhaseResult {
+  Phase phase;
+  int64_t requests = 0;
+  int64_t errors = 0;
+  std::string first_error;
+  double seconds = 0;
+  double requests_per_second = 0;
+  double gbps = 0;
+  double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
+  double rps_vs_echo = 0, gbps_vs_echo = 0;
+};
+
+std::string SizeLabel(int64_t bytes) {
+  if (bytes % (int64_t{1} << 20) == 0) {
+    return absl::StrCat(bytes >> 20, "MiB");
+  }
+  if (bytes % 1024 == 0) return absl::StrCat(bytes >> 10, "KiB");
+  return absl::StrCat(bytes, "B");
+}
+
+// The op's input shape for a float32 tensor of bytes: --shape, else
+// near-square [R, C] (transpose) or [rows, 1024] (gelu-ln).
+absl::StatusOr<std::vector<int64_t>> ShapeFor(const std::string& op,
+                                              int64_t bytes) {
+  const std::string flag = absl::GetFlag(FLAGS_shape);
+  std::vector<int64_t> shape;
+  if (!flag.empty()) {
+    int64_t product = 4;
+    for (absl::string_view d : absl::StrSplit(flag, ',')) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(d, &v) || v < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--shape: bad dimension '", d, "'"));
+      }
+      shape.push_back(v);
+      product *= v;
+    }
+    if (product != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shape=", flag, " is ", product, " bytes of float32, not ", bytes));
+    }
+    return shape;
+  }
+  if (bytes % 4 != 0 || bytes < 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--bytes: ", bytes, " is not a float32 tensor size"));
+  }
+  const int64_t n = bytes / 4;
+  if (op == "gelu-ln") {
+    int64_t hidden = 1024;
+    while (n % hidden != 0) hidden /= 2;
+    return std::vector<int64_t>{n / hidden, hidden};
+  }
+  int64_t rows = 1;
+  while (rows * 2 * rows * 2 <= n && n % (rows * 2) == 0) rows *= 2;
+  return std::vector<int64_t>{rows, n / rows};
+}
+
+std::string RandomBytes(int64_t bytes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::string out(static_cast<size_t>(bytes), '\0');
+  for (int64_t i = 0; i + 4 <= bytes; i += 4) {
+    const float v = dist(rng);
+    std::memcpy(&out[i], &v, 4);
+  }
+  return out;
+}
+
+// A POSIX shared-memory object this process created, mapped.
+class ShmObject {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShmObject>> Create(std::string key,
+                                                           int64_t bytes) {
+    const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+      return absl::InternalError(
+          absl::StrCat("shm_open ", key, ": ", std::strerror(errno)));
+    }
+    if (ftruncate(fd, bytes) != 0) {
+      close(fd);
+      shm_unlink(key.c_str());
+      return absl::InternalError(absl::StrCat("ftruncate ", key));
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+      shm_unlink(key.c_str());
+      return absl::InternalError(absl::StrCat("mmap ", key));
+    }
+    return std::unique_ptr<ShmObject>(
+        new ShmObject(std::move(key), static_cast<char*>(p), bytes));
+  }
+  ~ShmObject() {
+    munmap(data_, bytes_);
+    shm_unlink(key_.c_str());
+  }
+  const std::string& key() const { return key_; }
+  char* data() const { return data_; }
+
+ private:
+  ShmObject(std::string key, char* data, int64_t bytes)
+      : key_(std::move(key)), data_(data), bytes_(bytes) {}
+  const std::string key_;
+  char* const data_;
+  const int64_t bytes_;
+};
+
+// Sets where an op's output goes for a transport; region/offset for shm.
+void PlaceOutput(const std::string& transport, const std::string& region,
+                 int64_t offset, int64_t bytes, v1::ExecutionOptions* options) {
+  if (transport == "inline") return;
+  v1::OutputSpec* spec = options->add_outputs();
+  if (transport == "handle") {
+    spec->set_placement(v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+    return;
+  }
+  spec->set_placement(v1::OUTPUT_PLACEMENT_SHARED_MEMORY);
+  spec->mutable_shared_memory()->set_region(region);
+  spec->mutable_shared_memory()->set_offset(offset);
+  spec->mutable_shared_memory()->set_byte_size(bytes);
+}
+
+// Makes worker w of phase p: its connection, its input placed per the
+// transport, and the request closure.
+absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
+  ClientOptions options;
+  options.server = absl::GetFlag(FLAGS_server);
+  options.own_connection = true;
+  options.client_id = absl::StrCat("coalesce-bench-", getpid(), "-", w);
+  Worker worker;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  if (!client.ok()) return client.status();
+  worker.client = std::move(*client);
+  Client* c = worker.client.get();
+  const std::string payload = RandomBytes(p.tensor_bytes, 1000 + w);
+
+  if (p.op == "echo") {
+    auto request = std::make_shared<v1::EchoRequest>();
+    request->set_payload(payload);
+    worker.request = [c, request] { return c->Echo(*request).status(); };
+    return worker;
+  }
+  absl::StatusOr<std::vector<int64_t>> shape = ShapeFor(p.op, p.tensor_bytes);
+  if (!shape.ok()) return shape.status();
+
+  // Where the input is: a tensor message ready to be copied into requests.
+  v1::Tensor input;
+  input.set_dtype(v1::DATA_TYPE_FLOAT32);
+  input.mutable_shape()->Add(shape->begin(), shape->end());
+  std::string region;
+  int64_t output_offset = 0;
+  if (p.transport == "inline") {
+    input.set_raw(payload);
+  } else if (p.transport == "handle") {
+    absl::StatusOr<v1::TensorInfo> info =
+        c->PutTensor(v1::DATA_TYPE_FLOAT32, *shape, payload);
+    if (!info.ok()) return info.status();
+    input.set_handle(info->handle());
+    const std::string handle = info->handle();
+    worker.cleanup = [c, handle] { c->DeleteTensor(handle).IgnoreError(); };
+  } else if (p.transport == "shm") {
+    // Input at 0, output after it on a 4 KiB boundary.
+    output_offset = (p.tensor_bytes + 4095) / 4096 * 4096;
+    region = absl::StrCat("coalesce-bench-", getpid(), "-", w);
+    absl::StatusOr<std::unique_ptr<ShmObject>> shm =
+        ShmObject::Create("/" + region, output_offset + p.tensor_bytes);
+    if (!shm.ok()) return shm.status();
+    std::memcpy((*shm)->data(), payload.data(), payload.size());
+    absl::Status registered = c->RegisterSharedMemory(
+        region, (*shm)->key(), 0, output_offset + p.tensor_bytes);
+    if (!registered.ok()) return registered;
+    std::shared_ptr<ShmObject> object = std::move(*shm);
+    worker.cleanup = [c, region, object] {
+      c->UnregisterSharedMemory(region).IgnoreError();
+    };
+    v1::SharedMemoryRef* ref = input.mutable_shared_memory();
+    ref->set_region(region);
+    ref->set_offset(0);
+    ref->set_byte_size(p.tensor_bytes);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--transport: unknown '", p.transport, "' (inline, handle or shm)"));
+  }
+
+  // The output handle of the last request (handle transport).
+  auto last_handle = std::make_shared<std::string>();
+  if (p.op == "transpose") {
+    auto request = std::make_shared<v1::TransposeRequest>();
+    *request->mutable_input() = std::move(input);
+    PlaceOutput(p.transport, region, output_offset, p.tensor_bytes,
+                request->mutable_options());
+    worker.request = [c, request, last_handle]() -> absl::Status {
+      absl::StatusOr<v1::TransposeResponse> r = c->Transpose(*request);
+      if (!r.ok()) return r.status();
+      *last_handle = r->output().handle();
+      return absl::OkStatus();
+    };
+  } else if (p.op == "gelu-ln") {
+    auto request = std::make_shared<v1::GeluLayerNormRequest>();
+    *request->mutable_x() = std::move(input);
+    PlaceOutput(p.transport, region, output_offset, p.tensor_bytes,
+                request->mutable_options());
+    worker.request = [c, request, last_handle]() -> absl::Status {
+      absl::StatusOr<v1::GeluLayerNormResponse> r = c->GeluLayerNorm(*request);
+      if (!r.ok()) return r.status();
+      *last_handle = r->y().handle();
+      return absl::OkStatus();
+    };
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--op: unknown '", p.op, "' (transpose, gelu-ln or echo)"));
+  }
+  if (p.transport == "handle") {
+    worker.after = [c, last_handle] {
+      if (!last_handle->empty()) c->DeleteTensor(*last_handle).IgnoreError();
+    };
+  }
+  return worker;
+}
+
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const size_t i = std::min(sorted.size() - 1,
+                            static_cast<size_t>(q * (sorted.size() - 1) + 0.5));
+  return sorted[i];
+}
+
+absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
+  std::vector<Worker> workers;
+  for (int w = 0; w < p.concurrency; ++w) {
+    absl::StatusOr<Worker> worker = MakeWorker(p, w);
+    if (!worker.ok()) {
+      for (Worker& done : workers) {
+        if (done.cleanup) done.cleanup();
+      }
+      return worker.status();
+    }
+    workers.push_back(std::move(*worker));
+  }
+  const int64_t count = absl::GetFlag(FLAGS_count);
+  std::atomic<bool> measuring{false};
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> issued{0};
+  std::atomic<int64_t> completed{0};
+  std::atomic<int64_t> errors{0};
+  Clock::time_point stop_time = Clock::time_point::max();
+  std::mutex error_mu;
+  std::string first_error;
+  std::vector<std::vector<double>> latencies(p.concurrency);
+
+  std::vector<std::thread> threads;
+  for (int w = 0; w < p.concurrency; ++w) {
+    threads.emplace_back([&, w] {
+      Worker& worker = workers[w];
+      while (!stop.load()) {
+        const bool timed = measuring.load();
+        if (timed && count > 0 && issued.fetch_add(1) >= count) break;
+        const Clock::time_point t0 = Clock::now();
+        const absl::Status status = worker.request();
+        const Clock::time_point t1 = Clock::now();
+        if (worker.after) worker.after();
+        if (!timed) continue;
+        if (!status.ok()) {
+          errors.fetch_add(1);
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (first_error.empty()) first_error = status.ToString();
+          continue;
+        }
+        // A request still running when the clock stopped is not counted.
+        if (count == 0 && stop.load() && t1 > stop_time) break;
+        latencies[w].push_back(
+            std::chrono::duration<double, std::milli>(t1 - t0).count());
+        completed.fetch_add(1);
+      }
+    });
+  }
+  const std::string label =
+      absl::StrFormat("%s %s %s x%d", p.op, p.transport,
+                      SizeLabel(p.tensor_bytes), p.concurrency);
+  std::this_thread::sleep_for(
+      std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup_s)));
+  const Clock::time_point start = Clock::now();
+  measuring.store(true);
+  const double duration = absl::GetFlag(FLAGS_duration_s);
+  Clock::time_point end;
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    const double elapsed =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    std::fprintf(stderr, "\r[%s] %.1f s  %lld req  %.0f req/s  %lld errors   ",
+                 label.c_str(), elapsed,
+                 static_cast<long long>(completed.load()),
+                 completed.load() / std::max(elapsed, 1e-9),
+                 static_cast<long long>(errors.load()));
+    std::fflush(stderr);
+    if (count > 0 ? completed.load() + errors.load() >= count
+                  : elapsed >= duration) {
+      end = Clock::now();
+      stop_time = end;
+      stop.store(true);
+      break;
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  std::fprintf(stderr, "\n");
+  for (Worker& worker : workers) {
+    if (worker.cleanup) worker.cleanup();
+  }
+
+  PhaseResult r;
+  r.phase = p;
+  std::vector<double> all;
+  for (const std::vector<double>& l : latencies) {
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  std::sort(all.begin(), all.end());
+  r.requests = static_cast<int64_t>(all.size());
+  r.errors = errors.load();
+  r.first_error = first_error;
+  r.seconds = std::chrono::duration<double>(end - start).count();
+  r.requests_per_second = r.requests / r.seconds;
+  // Input and output tensor bytes (Echo: the payload there and back).
+  r.gbps = r.requests_per_second * 2.0 * p.tensor_bytes / 1e9;
+  r.p50_ms = Percentile(all, 0.5);
+  r.p90_ms = Percentile(all, 0.9);
+  r.p99_ms = Percentile(all, 0.99);
+  r.max_ms = all.empty() ? 0 : all.back();
+  return r;
+}
+
+std::string JsonEscape(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", c);
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string ToJson(const PhaseResult& r) {
+  return absl::StrFormat(
+      "{\"op\":\"%s\",\"transport\":\"%s\",\"tensor_bytes\":%d,"
+      "\"concurrency\":%d,\"requests\":%d,\"errors\":%d,\"seconds\":%.3f,"
+      "\"requests_per_second\":%.2f,\"GBps\":%.4f,"
+      "\"latency_ms\":{\"p50\":%.4f,\"p90\":%.4f,\"p99\":%.4f,\"max\":%.4f},"
+      "\"vs_echo\":{\"requests_per_second\":%.4f,\"GBps\":%.4f},"
+      "\"first_error\":\"%s\"}",
+      r.phase.op, r.phase.transport, r.phase.tensor_bytes, r.phase.concurrency,
+      r.requests, r.errors, r.seconds, r.requests_per_second, r.gbps, r.p50_ms,
+      r.p90_ms, r.p99_ms, r.max_ms, r.rps_vs_echo, r.gbps_vs_echo,
+      JsonEscape(r.first_error));
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag,
+                                               const std::string& value) {
+  std::vector<int64_t> out;
+  for (absl::string_view v : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(v, &n) || n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", v, "' is not a positive integer"));
+    }
+    out.push_back(n);
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": empty"));
+  }
+  return out;
+}
+
+}  // namespace
+
+int RunServiceBench() {
+  absl::StatusOr<std::vector<int64_t>> sizes =
+      ParseList("bytes", absl::GetFlag(FLAGS_bytes));
+  absl::StatusOr<std::vector<int64_t>> concurrencies =
+      ParseList("concurrency", absl::GetFlag(FLAGS_concurrency));
+  for (const absl::Status& s : {sizes.status(), concurrencies.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  if (sizes->size() > 1 && concurrencies->size() > 1 &&
+      sizes->size() != concurrencies->size()) {
+    std::fprintf(stderr,
+                 "error: --bytes and --concurrency lists of several entries "
+                 "must have the same length (they pair up)\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_duration_s) <= 0 && absl::GetFlag(FLAGS_count) <= 0) {
+    std::fprintf(stderr, "error: --duration_s or --count must be > 0\n");
+    return 2;
+  }
+  const std::vector<std::string> ops =
+      absl::StrSplit(absl::GetFlag(FLAGS_op), ',', absl::SkipEmpty());
+  const std::vector<std::string> transports =
+      absl::StrSplit(absl::GetFlag(FLAGS_transport), ',', absl::SkipEmpty());
+
+  std::vector<PhaseResult> results;
+  int failures = 0;
+  const size_t cases = std::max(sizes->size(), concurrencies->size());
+  for (size_t i = 0; i < cases; ++i) {
+    const int64_t bytes = (*sizes)[std::min(i, sizes->size() - 1)];
+    const int concurrency = static_cast<int>(
+        (*concurrencies)[std::min(i, concurrencies->size() - 1)]);
+    std::vector<Phase> phases = {{"echo", "inline", bytes, concurrency}};
+    for (const std::string& op : ops) {
+      if (op == "echo") continue;
+      for (const std::string& transport : transports) {
+        phases.push_back({op, transport, bytes, concurrency});
+      }
+    }
+    // The Echo phase of this case: the floor of its ratios.
+    size_t echo = results.size() + phases.size();
+    for (const Phase& phase : phases) {
+      absl::StatusOr<PhaseResult> r = RunPhase(phase);
+      if (!r.ok()) {
+        std::fprintf(stderr, "error: %s %s: %s\n", phase.op.c_str(),
+                     phase.transport.c_str(), r.status().ToString().c_str());
+        ++failures;
+        continue;
+      }
+      if (r->errors > 0) {
+        ++failures;
+        std::fprintf(stderr, "%s %s: %lld errors, first: %s\n",
+                     phase.op.c_str(), phase.transport.c_str(),
+                     static_cast<long long>(r->errors), r->first_error.c_str());
+      }
+      if (phase.op == "echo") echo = results.size();
+      if (echo < results.size() || phase.op == "echo") {
+        const PhaseResult& e = phase.op == "echo" ? *r : results[echo];
+        if (e.requests_per_second > 0) {
+          r->rps_vs_echo = r->requests_per_second / e.requests_per_second;
+          r->gbps_vs_echo = r->gbps / e.gbps;
+        }
+      }
+      results.push_back(*r);
+    }
+  }
+
+  std::printf("%-10s %-9s %9s %5s %9s %11s %9s %9s %9s %9s %9s %7s %7s %6s\n",
+              "op", "transport", "bytes", "conc", "requests", "req/s", "GB/s",
+              "p50 ms", "p90 ms", "p99 ms", "max ms", "xreq/s", "xGB/s",
+              "errors");
+  std::vector<std::string> rows;
+  for (const PhaseResult& r : results) {
+    std::printf(
+        "%-10s %-9s %9s %5d %9lld %11.1f %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f "
+        "%7.3f %6lld\n",
+        r.phase.op.c_str(), r.phase.transport.c_str(),
+        SizeLabel(r.phase.tensor_bytes).c_str(), r.phase.concurrency,
+        static_cast<long long>(r.requests), r.requests_per_second, r.gbps,
+        r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms, r.rps_vs_echo, r.gbps_vs_echo,
+        static_cast<long long>(r.errors));
+    rows.push_back(ToJson(r));
+  }
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (!path.empty()) {
+    std::ofstream f(path);
+    f << absl::StrFormat(
+        "{\"mode\":\"service\",\"server\":\"%s\",\"duration_s\":%.3f,"
+        "\"count\":%d,\"warmup_s\":%.3f,\"results\":[\n%s\n]}\n",
+        JsonEscape(absl::GetFlag(FLAGS_server)),
+        absl::GetFlag(FLAGS_duration_s), absl::GetFlag(FLAGS_count),
+        absl::GetFlag(FLAGS_warmup_s), absl::StrJoin(rows, ",\n"));
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace coalesce
