@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -10,6 +11,9 @@
 
 namespace coalesce {
 namespace {
+
+// Room in a PutTensor message for everything but the chunk.
+constexpr int64_t kMessageOverhead = 1024;
 
 // Abseil's codes equal gRPC's, so the mapping is a cast.
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -25,7 +29,10 @@ class Client::Impl {
   Impl(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel)
       : timeout_(options.timeout),
         client_id_(options.client_id),
-        chunk_bytes_(options.chunk_bytes),
+        // A chunk and its message framing must fit in one message.
+        chunk_bytes_(std::max<int64_t>(
+            1, std::min(options.chunk_bytes,
+                        options.max_message_bytes - kMessageOverhead))),
         ops_(v1::TensorOps::NewStub(channel)),
         health_(grpc::health::v1::Health::NewStub(channel)) {}
 
@@ -81,12 +88,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeout must be positive");
   }
-  if (options.chunk_bytes < 1 ||
-      options.chunk_bytes > options.max_message_bytes - 1024) {
+  if (options.chunk_bytes < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("chunk_bytes must be in [1, max_message_bytes - 1024], "
-                     "got ",
-                     options.chunk_bytes));
+        absl::StrCat("chunk_bytes must be >= 1, got ", options.chunk_bytes));
   }
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));

@@ -29,7 +29,7 @@ struct ClientOptions {
   // Sent as x-coalesce-client metadata: the name server-side tensors are
   // charged to. Empty: the server uses the peer address.
   std::string client_id;
-  // Bytes per PutTensor chunk.
+  // Bytes per PutTensor chunk (at most max_message_bytes - 1 KiB).
   int64_t chunk_bytes = int64_t{4} << 20;
   // Open a connection of this client's own instead of sharing one with
   // other clients of the same options (gRPC's global subchannel pool).
