@@ -76,6 +76,9 @@ class CpuBackend final : public Backend {
 
   absl::Status Execute(const KernelVariant& v, const Problem& p,
                        const Operands& host, RunResult* result) override {
+    // The thread count is a per-thread OpenMP setting: request threads do
+    // not inherit the one the constructor set on its own thread.
+    omp_set_num_threads(device_.multiprocessors);
     ExecContext ctx;
     ctx.device = &device_;
     const auto start = std::chrono::steady_clock::now();
