@@ -37,8 +37,9 @@ def main():
                   if "torch_copy_GBps" in t else "") + ".\n")
     out.append("| case | dtype | shape | best variant | us | GB/s | x copy "
                "peak | x same-size copy | naive GB/s | torch GB/s | vs torch "
-               "| check |")
-    out.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+               "| vs torch.compile | TFLOP/s | vs torch (FLOP/s) | check |")
+    out.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+               "---:|---|")
     for key, rows in groups.items():
         best = min(rows, key=lambda r: r["median_us"])
         naive = [r for r in rows if r["variant"].endswith(".naive")]
@@ -53,7 +54,29 @@ def main():
                if tr and "same_size_copy_GBps" in tr else "-") + " | "
             + (f"{naive[0]['GBps']:.0f}" if naive else "-") + " | "
             + (f"{tr['torch_GBps']:.0f} | {best['GBps'] / tr['torch_GBps']:.2f}"
-               if tr else "- | -") + f" | {check} |")
+               if tr else "- | -") + " | "
+            + (f"{best['GBps'] / tr['torch_compile_GBps']:.2f}"
+               if tr and "torch_compile_GBps" in tr else "-") + " | "
+            + (f"{best['flops'] / best['median_us'] / 1e6:.1f}"
+               if best["flops"] else "-") + " | "
+            + (f"{best['flops'] / best['median_us'] / 1e6 / tr['torch_TFLOPs']:.2f}"
+               if tr and "torch_TFLOPs" in tr else "-") + f" | {check} |")
+    gemm_keys = [k for k in groups if k[0] == "gemm"]
+    if gemm_keys:
+        out.append("")
+        out.append("GEMM variants against cuBLASLt (the gemm.cuda.cublaslt "
+                   "variant) in the same run:\n")
+        out.append("| dtype | shape | variant | TFLOP/s | x cuBLASLt |")
+        out.append("|---|---|---|---:|---:|")
+        for key in gemm_keys:
+            rows = groups[key]
+            lt = [r for r in rows if r["variant"].endswith(".cublaslt")]
+            for r in sorted(rows, key=lambda r: r["median_us"]):
+                tflops = r["flops"] / r["median_us"] / 1e6
+                ratio = (f"{lt[0]['median_us'] / r['median_us']:.2f}"
+                         if lt else "-")
+                out.append(f"| {key[1]} | {shape_str(key[2])} | "
+                           f"{r['variant']} | {tflops:.1f} | {ratio} |")
     out.append("")
     out.append("<details><summary>Every variant</summary>\n")
     out.append("| case | dtype | shape | variant | us | GB/s | x peak | "

@@ -46,8 +46,39 @@ def rand(shape, dtype):
     return (x * sign).to(dtype)
 
 
-def case_fn(case, shape, dtype):
-    """(make_args, fn) running the PyTorch equivalent of one case."""
+def gelu_ln(x, bias, residual, gamma, beta):
+    h = torch.nn.functional.gelu(x + bias) + residual
+    return torch.nn.functional.layer_norm(h, (h.shape[-1],), gamma, beta, 1e-5)
+
+
+_compiled_gelu_ln = None
+
+
+def compiled_gelu_ln(*args):
+    global _compiled_gelu_ln
+    if _compiled_gelu_ln is None:
+        _compiled_gelu_ln = torch.compile(gelu_ln)
+    return _compiled_gelu_ln(*args)
+
+
+def case_fn(case, shape, dtype, compiled=False):
+    """(make_args, fn) running the PyTorch equivalent of one case; for
+    gelu_layer_norm, torch.compile's version when compiled."""
+    if case == "gelu_layer_norm":
+        rows, hidden = shape
+        return (lambda: (rand((rows, hidden), dtype), rand((hidden,), dtype),
+                         rand((rows, hidden), dtype), rand((hidden,), dtype),
+                         rand((hidden,), dtype)),
+                compiled_gelu_ln if compiled else gelu_ln)
+    if case == "gemm":
+        b, m, n, k = shape
+        # cuBLAS through PyTorch, TF32 off for float32 (as our fp32 rows).
+        torch.backends.cuda.matmul.allow_tf32 = False
+        if b == 1:
+            return (lambda: (rand((m, k), dtype), rand((k, n), dtype)),
+                    torch.matmul)
+        return (lambda: (rand((b, m, k), dtype), rand((b, k, n), dtype)),
+                torch.bmm)
     if case in ("transpose", "aos_to_soa", "soa_to_aos"):
         if len(shape) == 2:
             shape = [1] + shape
@@ -96,6 +127,14 @@ def main():
         if made is None:
             continue
         ms = time_fn(made[0], made[1], args.reps)
+        extra = {}
+        if r["case"] == "gelu_layer_norm":
+            made_c = case_fn(r["case"], shape, DTYPES[r["dtype"]], True)
+            cms = time_fn(made_c[0], made_c[1], args.reps)
+            extra = {"torch_compile_us": cms * 1e3,
+                     "torch_compile_GBps": r["bytes"] / (cms * 1e-3) / 1e9}
+        if r["case"] == "gemm":
+            extra = {"torch_TFLOPs": r["flops"] / (ms * 1e-3) / 1e12}
         # A plain copy of the same bytes: the ceiling at this size (launch
         # and tail costs included), beside the large-copy peak.
         numel = r["bytes"] // 2 // torch.tensor([], dtype=DTYPES[r["dtype"]]
@@ -107,7 +146,8 @@ def main():
         rows.append({"case": r["case"], "dtype": r["dtype"],
                      "shape": r["shape"], "torch_us": ms * 1e3,
                      "torch_GBps": r["bytes"] / (ms * 1e-3) / 1e9,
-                     "same_size_copy_GBps": r["bytes"] / (copy_ms * 1e-3) / 1e9})
+                     "same_size_copy_GBps": r["bytes"] / (copy_ms * 1e-3) / 1e9,
+                     **extra})
         torch.cuda.empty_cache()
     print(file=sys.stderr)
     json.dump({"torch": torch.__version__, "device":
