@@ -8,6 +8,9 @@
 #   ncu       Nsight Compute counters for one launch of the fast transposes
 #   bench     coalesce-bench kernels, PyTorch on the same cases in the same
 #             call, and the merged report (table last)
+#   tune      issue 6's quality sweep: a server on this GPU, `coalesce tune`
+#             over TUNE_SHAPES (default 200) random shapes per op, cold (table
+#             and heuristic only), then again with the tables it wrote loaded
 # Never touches clocks, power or MIG settings.
 set -uo pipefail
 out=${1:?usage: gpu-check.sh OUT_DIR [STEPS] [bench flags]}
@@ -62,5 +65,38 @@ if has bench; then
     --md "$out/report.md" --png "$out/chart.png" >/dev/null || status=1
   tail -n 1 "$out/kernels.txt"
   sed -n '1,/<details>/p' "$out/report.md"
+fi
+if has tune; then
+  echo "== selection quality sweep"
+  shapes=${TUNE_SHAPES:-200}
+  serve() {  # starts a server with extra flags; sets $port and $server_pid
+    "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "$@" \
+      >"$out/server.out" 2>>"$out/server.log" &
+    server_pid=$!
+    for _ in $(seq 1 100); do
+      port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+      [ -n "$port" ] && break
+      sleep 0.2
+    done
+  }
+  sweep() {  # $1: cold or tuned
+    for op in transpose layout gelu-ln gemm; do
+      max=268435456
+      [ "$op" = gemm ] && max=67108864
+      "$bin/coalesce" --server=127.0.0.1:$port tune $op --random_shapes=$shapes \
+        --max_shape_bytes=$max --reps=3 --out="$out/table-$op.txt" \
+        >"$out/tune-$1-$op.txt" 2>/dev/null || status=1
+      echo "$1 $op: $(grep 'within 10%' "$out/tune-$1-$op.txt")"
+    done
+  }
+  serve
+  sweep cold
+  kill $server_pid; wait $server_pid 2>/dev/null
+  # One table file: the first's header, every file's entries.
+  head -n 4 "$out/table-transpose.txt" >"$out/table.txt"
+  for f in "$out"/table-*.txt; do grep '^entry ' "$f" >>"$out/table.txt"; done
+  serve --tuning_table="$out/table.txt"
+  sweep tuned
+  kill $server_pid; wait $server_pid 2>/dev/null
 fi
 exit $status
