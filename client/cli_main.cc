@@ -107,6 +107,8 @@ ABSL_FLAG(uint64_t, shapes_seed, 7, "tune: seed of --random_shapes.");
 ABSL_FLAG(int64_t, max_shape_bytes, int64_t{256} << 20,
           "tune: largest tensor of a random shape, in bytes.");
 ABSL_FLAG(std::string, out, "", "tune: the table file to write.");
+ABSL_FLAG(std::string, name, "",
+          "put: the handle to create (empty: the server picks one).");
 ABSL_FLAG(int32_t, reps, 3, "tune: runs per variant (the fastest is kept).");
 
 namespace coalesce {
@@ -136,6 +138,10 @@ subcommands:
   gelu-ln     --shape=ROWS,H [--approx=tanh] [--eps=E] [--return_pre_norm]
               [--no_bias] [--no_residual]
               h = gelu(x + bias) + residual; y = LayerNorm(h) * gamma + beta
+  put FILE.npy [--name=H] [--dtype=]   upload a tensor, print its handle
+  get HANDLE --output=FILE.npy          download a tensor kept on the server
+  rm HANDLE                             delete it (prints the bytes freed)
+  ls                                    the tensors kept on the server
   explain OP [op flags]
               which variants could run this request, their estimated and
               measured times, the one the server picks and why
@@ -729,6 +735,61 @@ absl::Status SetShapeFlags(absl::string_view op, const std::string& shape) {
   return absl::OkStatus();
 }
 
+// `put`, `get`, `rm` and `ls`: tensors kept on the server.
+absl::StatusOr<int> RunHandles(absl::string_view command,
+                               const std::vector<std::string>& args) {
+  const bool takes_arg = command != "ls";
+  if (args.size() != (takes_arg ? 1u : 0u)) {
+    return UsageError(absl::StrCat(
+        command, takes_arg ? " takes one argument" : " takes no argument"));
+  }
+  COALESCE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectFromFlags());
+  if (command == "put") {
+    std::optional<DType> want;
+    if (!absl::GetFlag(FLAGS_dtype).empty()) {
+      DType t;
+      if (!ParseDType(absl::GetFlag(FLAGS_dtype), &t)) {
+        return UsageError(absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype)));
+      }
+      want = t;
+    }
+    COALESCE_ASSIGN_OR_RETURN(NpyArray a, ReadNpy(args[0], want));
+    COALESCE_ASSIGN_OR_RETURN(
+        v1::TensorInfo info,
+        client->PutTensor(ToProtoDType(a.dtype), a.shape, a.bytes,
+                          absl::GetFlag(FLAGS_name)));
+    std::printf("%s\n", info.handle().c_str());
+    return 0;
+  }
+  if (command == "get") {
+    const std::string output = absl::GetFlag(FLAGS_output);
+    if (output.empty()) return UsageError("get needs --output=FILE.npy");
+    COALESCE_ASSIGN_OR_RETURN(FetchedTensor t, client->GetTensor(args[0]));
+    NpyArray a;
+    COALESCE_ASSIGN_OR_RETURN(a.dtype, FromProtoDType(t.info.dtype()));
+    a.shape.assign(t.info.shape().begin(), t.info.shape().end());
+    a.bytes = std::move(t.bytes);
+    COALESCE_RETURN_IF_ERROR(WriteNpy(output, a));
+    return 0;
+  }
+  if (command == "rm") {
+    COALESCE_ASSIGN_OR_RETURN(int64_t freed, client->DeleteTensor(args[0]));
+    std::printf("%lld bytes freed\n", static_cast<long long>(freed));
+    return 0;
+  }
+  COALESCE_ASSIGN_OR_RETURN(v1::ListTensorsResponse list,
+                            client->ListTensors());
+  for (const v1::TensorInfo& t : list.tensors()) {
+    std::printf("%s %s [%s] %lld bytes, owner %s, idle %.1f s\n",
+                t.handle().c_str(),
+                std::string(v1::DataType_Name(t.dtype())).c_str(),
+                absl::StrJoin(t.shape(), ",").c_str(),
+                static_cast<long long>(t.byte_size()), t.owner().c_str(),
+                t.idle_seconds());
+  }
+  return 0;
+}
+
 // `explain OP ...` and `tune OP ...`.
 absl::StatusOr<int> RunSelection(absl::string_view command,
                                  absl::string_view op,
@@ -818,9 +879,10 @@ absl::StatusOr<int> Run(absl::string_view command,
     COALESCE_RETURN_IF_ERROR(runner(*client, std::move(flags)));
     return 0;
   }
-  return UsageError(absl::StrCat("unknown subcommand '", command,
-                                 "'; expected info, health, transpose, "
-                                 "gemm, layout, gelu-ln, explain or tune"));
+  return UsageError(
+      absl::StrCat("unknown subcommand '", command,
+                   "'; expected info, health, transpose, "
+                   "gemm, layout, gelu-ln, put, get, rm, ls, explain or tune"));
 }
 
 int Fail(const absl::Status& status) {
@@ -848,9 +910,16 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> inputs = ScanArgs(argc, argv);
   if (!inputs.ok()) return Fail(inputs.status());
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  const bool with_op = positional.size() >= 2 &&
-                       (absl::string_view(positional[1]) == "explain" ||
-                        absl::string_view(positional[1]) == "tune");
+  const absl::string_view sub =
+      positional.size() >= 2 ? absl::string_view(positional[1]) : "";
+  if (sub == "put" || sub == "get" || sub == "rm" || sub == "ls") {
+    const std::vector<std::string> args(positional.begin() + 2,
+                                        positional.end());
+    absl::StatusOr<int> code = RunHandles(sub, args);
+    if (!code.ok()) return Fail(code.status());
+    return *code;
+  }
+  const bool with_op = sub == "explain" || sub == "tune";
   const size_t want = with_op ? 3 : 2;
   if (positional.size() != want) {
     return Fail(UsageError(

@@ -434,6 +434,38 @@ TEST_F(E2eTest, ExplainNamesTheChoiceAndTuneWritesATable) {
       << "--out is required";
 }
 
+TEST_F(E2eTest, PutListGetRemoveAServerSideTensor) {
+  NpyArray in;
+  in.dtype = DType::kFloat32;
+  in.shape = {3, 5};
+  in.bytes.resize(15 * 4);
+  for (int i = 0; i < 15; ++i) {
+    const float v = 0.5f * i - 3;
+    std::memcpy(&in.bytes[4 * i], &v, 4);
+  }
+  ASSERT_TRUE(WriteNpy(Path("put.npy"), in).ok());
+  const CliResult put = Cli({"put", Path("put.npy"), "--name=e2e-tensor"});
+  ASSERT_EQ(put.exit_code, 0) << put;
+  EXPECT_THAT(put.out, HasSubstr("e2e-tensor")) << put;
+  const CliResult ls = Cli({"ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls;
+  EXPECT_THAT(ls.out, HasSubstr("e2e-tensor")) << ls;
+  EXPECT_THAT(ls.out, HasSubstr("[3,5]")) << ls;
+  const CliResult get =
+      Cli({"get", "e2e-tensor", absl::StrCat("--output=", Path("got.npy"))});
+  ASSERT_EQ(get.exit_code, 0) << get;
+  absl::StatusOr<NpyArray> got = ReadNpy(Path("got.npy"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->shape, in.shape);
+  EXPECT_EQ(got->bytes, in.bytes);
+  const CliResult rm = Cli({"rm", "e2e-tensor"});
+  ASSERT_EQ(rm.exit_code, 0) << rm;
+  EXPECT_THAT(rm.out, HasSubstr("60 bytes freed")) << rm;
+  const CliResult again = Cli({"rm", "e2e-tensor"});
+  EXPECT_EQ(again.exit_code, 1) << again;
+  EXPECT_THAT(again.err, HasSubstr("NOT_FOUND")) << again;
+}
+
 class E2eDTypeTest : public E2eTest,
                      public ::testing::WithParamInterface<DType> {
  protected:
