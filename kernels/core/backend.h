@@ -43,6 +43,14 @@ struct BenchmarkResult {
   LaunchInfo launch;
 };
 
+// Memory of the device as the backend sees it; -1 where unknown.
+struct MemoryStats {
+  int64_t used_bytes = -1;  // in use on the device, all processes
+  int64_t total_bytes = -1;
+  int64_t pool_reserved_bytes = -1;  // held by the stream-ordered pool
+  int64_t pinned_staging_bytes = 0;  // pinned host memory for staging
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -58,6 +66,8 @@ class Backend {
   // and takes the kernel time it reports (right for the CPU backend).
   virtual absl::StatusOr<BenchmarkResult> Benchmark(
       const KernelVariant& v, const Problem& p, const BenchmarkOptions& opts);
+  // For the device gauges; cheap enough to call on every scrape.
+  virtual MemoryStats Memory() const { return {}; }
   // Non-OK after a fault that makes the device unusable (sticky CUDA error).
   virtual absl::Status Health() const { return absl::OkStatus(); }
 };

@@ -113,6 +113,33 @@ class CudaBackend final : public Backend {
   const DeviceInfo& device() const override { return device_; }
   const VariantRegistry& registry() const override { return registry_; }
 
+  MemoryStats Memory() const override {
+    MemoryStats m;
+    m.pinned_staging_bytes =
+        static_cast<int64_t>(lanes_.size()) * 2 * kStagingChunkBytes;
+    if (cudaSetDevice(device_.ordinal) != cudaSuccess) {
+      cudaGetLastError();
+      return m;
+    }
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      m.used_bytes = static_cast<int64_t>(total - free);
+      m.total_bytes = static_cast<int64_t>(total);
+    } else {
+      cudaGetLastError();
+    }
+    cudaMemPool_t pool;
+    uint64_t reserved = 0;
+    if (cudaDeviceGetDefaultMemPool(&pool, device_.ordinal) == cudaSuccess &&
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent,
+                                &reserved) == cudaSuccess) {
+      m.pool_reserved_bytes = static_cast<int64_t>(reserved);
+    } else {
+      cudaGetLastError();
+    }
+    return m;
+  }
+
   absl::Status Health() const override {
     absl::MutexLock lock(&health_mu_);
     return health_;
@@ -180,7 +207,8 @@ class CudaBackend final : public Backend {
       std::memcpy(l.staging[b], s + off, len);
       COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
           d + off, l.staging[b], len, cudaMemcpyHostToDevice, l.stream));
-      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.staging_free[b], l.stream));
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventRecord(l.staging_free[b], l.stream));
     }
     return absl::OkStatus();
   }
@@ -196,7 +224,8 @@ class CudaBackend final : public Backend {
       const int b = static_cast<int>(i & 1);
       COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
           l.staging[b], s + off, len, cudaMemcpyDeviceToHost, l.stream));
-      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.staging_free[b], l.stream));
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventRecord(l.staging_free[b], l.stream));
       if (prev_b >= 0) {
         COALESCE_CUDA_RETURN_IF_ERROR(
             cudaEventSynchronize(l.staging_free[prev_b]));
@@ -207,7 +236,8 @@ class CudaBackend final : public Backend {
       prev_b = b;
     }
     if (prev_b >= 0) {
-      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staging_free[prev_b]));
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventSynchronize(l.staging_free[prev_b]));
       std::memcpy(d + prev_off, l.staging[prev_b], prev_len);
     }
     return absl::OkStatus();
@@ -238,7 +268,8 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < sizes.inputs.size(); ++i) {
       COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(sizes.inputs[i]));
       if (d != nullptr) {
-        COALESCE_RETURN_IF_ERROR(StageIn(l, d, host.inputs[i], sizes.inputs[i]));
+        COALESCE_RETURN_IF_ERROR(
+            StageIn(l, d, host.inputs[i], sizes.inputs[i]));
       }
       dev.inputs.push_back(d);
     }
@@ -319,7 +350,8 @@ class CudaBackend final : public Backend {
       COALESCE_RETURN_IF_ERROR(v.Run(p, ops[i % sets], ctx));
     }
     std::vector<cudaEvent_t> ev(opts.reps + 1);
-    for (cudaEvent_t& e : ev) COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    for (cudaEvent_t& e : ev)
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
     // The timed repetitions are captured as one CUDA graph: its replay
     // issues the kernels back to back with no host launch gap, so a short
     // kernel's time is its own and not the CPU's launch rate.
@@ -429,7 +461,8 @@ absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
   d.max_threads_per_multiprocessor = prop.maxThreadsPerMultiProcessor;
   d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
   d.l2_cache_bytes = prop.l2CacheSize;
-  d.shared_memory_per_block_bytes = static_cast<int64_t>(prop.sharedMemPerBlock);
+  d.shared_memory_per_block_bytes =
+      static_cast<int64_t>(prop.sharedMemPerBlock);
   d.shared_memory_per_block_optin_bytes =
       static_cast<int64_t>(prop.sharedMemPerBlockOptin);
   int mem_khz = 0, sm_khz = 0;
@@ -442,9 +475,8 @@ absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
   // 16-bit tensor throughput of 2048 FMA per SM per clock on Hopper (1024
   // on Ampere).
   d.peak_fp32_flops = 2.0 * 128 * d.multiprocessors * sm_khz * 1e3;
-  d.peak_tensor_flops =
-      (prop.major >= 9 ? 2.0 * 2048 : 2.0 * 1024) * d.multiprocessors *
-      sm_khz * 1e3;
+  d.peak_tensor_flops = (prop.major >= 9 ? 2.0 * 2048 : 2.0 * 1024) *
+                        d.multiprocessors * sm_khz * 1e3;
   return d;
 }
 

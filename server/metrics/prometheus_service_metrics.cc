@@ -265,6 +265,36 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                    {"device"})
         .Add(device_label)
         .Set(0);
+  } else {
+    // Read from the backend on every scrape (cudaMemGetInfo and the
+    // stream-ordered pool's attributes on the CUDA backend).
+    Gauge& used = registry
+                      ->AddGauge("coalesce_device_memory_used_bytes",
+                                 "Device memory in use, by every process "
+                                 "(cudaMemGetInfo).",
+                                 {"device"})
+                      .Add(device_label);
+    Gauge& pool = registry
+                      ->AddGauge("coalesce_device_pool_reserved_bytes",
+                                 "Device memory held by the server's "
+                                 "stream-ordered allocation pool.",
+                                 {"device"})
+                      .Add(device_label);
+    Gauge& pinned = registry
+                        ->AddGauge("coalesce_device_pinned_staging_bytes",
+                                   "Pinned host memory held for staging "
+                                   "copies.",
+                                   {"device"})
+                        .Add(device_label);
+    const Backend* b = &backend;
+    registry->AddCollectHook([&used, &pool, &pinned, b] {
+      const MemoryStats m = b->Memory();
+      if (m.used_bytes >= 0) used.Set(static_cast<double>(m.used_bytes));
+      if (m.pool_reserved_bytes >= 0) {
+        pool.Set(static_cast<double>(m.pool_reserved_bytes));
+      }
+      pinned.Set(static_cast<double>(m.pinned_staging_bytes));
+    });
   }
   if (have_copy_peak_) {
     registry
