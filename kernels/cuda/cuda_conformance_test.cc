@@ -47,28 +47,8 @@ std::string* CudaConformance::skip_reason_ = nullptr;
 // the slow part of this suite).
 std::vector<Problem> GemmExtraProblems(DType t) {
   auto gemm = [t](int64_t batch, int64_t m, int64_t n, int64_t k, bool ta,
-                  bool tb) {
-    GemmProblem g;
-    g.dtype = t;
-    g.batch = batch;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.trans_a = ta;
-    g.trans_b = tb;
-    if (batch > 1) {
-      g.stride_a = m * k;
-      g.stride_b = k * n;
-      g.stride_c = m * n;
-    }
-    return g;
-  };
-  auto with_c = [](GemmProblem g, float alpha, float beta) {
-    g.has_c = true;
-    g.alpha = alpha;
-    g.beta = beta;
-    return g;
-  };
+                  bool tb) { return Gemm(t, batch, m, n, k, ta, tb); };
+  auto with_c = WithC;
   auto tf32 = [](GemmProblem g) {
     g.allow_tf32 = true;
     return g;
@@ -108,9 +88,15 @@ std::vector<Problem> GemmExtraProblems(DType t) {
 std::vector<Problem> ExtraProblems(OpKind op, DType t) {
   std::vector<Problem> out;
   if (op == OpKind::kTranspose) {
-    for (auto [b, m, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 4097, 33}, {1, 33, 4097}, {2, 1000, 1000}, {3, 128, 256},
-             {1, 256, 1024}, {5, 7, 4096}, {1, 4096, 3}, {7, 3, 1000}}) {
+    for (auto [b, m, n] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 4097, 33},
+                                                            {1, 33, 4097},
+                                                            {2, 1000, 1000},
+                                                            {3, 128, 256},
+                                                            {1, 256, 1024},
+                                                            {5, 7, 4096},
+                                                            {1, 4096, 3},
+                                                            {7, 3, 1000}}) {
       TransposeProblem p;
       p.dtype = t;
       p.batch = b;

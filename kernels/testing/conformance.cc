@@ -34,31 +34,6 @@ std::vector<Problem> TransposeProblems(DType t) {
   return out;
 }
 
-GemmProblem Gemm(DType t, int64_t batch, int64_t m, int64_t n, int64_t k,
-                 bool trans_a, bool trans_b) {
-  GemmProblem g;
-  g.dtype = t;
-  g.batch = batch;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  if (batch > 1) {
-    g.stride_a = m * k;
-    g.stride_b = k * n;
-    g.stride_c = m * n;
-  }
-  return g;
-}
-
-GemmProblem WithC(GemmProblem g, float alpha, float beta) {
-  g.has_c = true;
-  g.alpha = alpha;
-  g.beta = beta;
-  return g;
-}
-
 std::vector<Problem> GemmProblems(DType t) {
   std::vector<Problem> out;
   out.push_back(Gemm(t, 1, 1, 1, 1, false, false));
@@ -411,6 +386,31 @@ std::string Dump(absl::string_view name, uint64_t seed,
 }
 
 }  // namespace
+
+GemmProblem Gemm(DType t, int64_t batch, int64_t m, int64_t n, int64_t k,
+                 bool trans_a, bool trans_b) {
+  GemmProblem g;
+  g.dtype = t;
+  g.batch = batch;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  if (batch > 1) {
+    g.stride_a = m * k;
+    g.stride_b = k * n;
+    g.stride_c = m * n;
+  }
+  return g;
+}
+
+GemmProblem WithC(GemmProblem g, float alpha, float beta) {
+  g.has_c = true;
+  g.alpha = alpha;
+  g.beta = beta;
+  return g;
+}
 
 std::vector<Problem> ConformanceProblems(OpKind op, DType dtype) {
   switch (op) {

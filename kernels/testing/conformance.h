@@ -29,6 +29,12 @@ namespace coalesce {
 // problem are simply not run on it.
 std::vector<Problem> ConformanceProblems(OpKind op, DType dtype);
 
+// GEMM problem builders for tests: dense strides when batch > 1, and C
+// added with the given scales.
+GemmProblem Gemm(DType t, int64_t batch, int64_t m, int64_t n, int64_t k,
+                 bool trans_a, bool trans_b);
+GemmProblem WithC(GemmProblem g, float alpha, float beta);
+
 // Runs v on p through backend.Execute and checks every output element.
 // OK, or FAILED_PRECONDITION when v cannot implement p on the backend's
 // device, or the Execute error (prefixed with the case), or INTERNAL
