@@ -13,12 +13,9 @@
 #include "client/npy.h"
 #include "coalesce/v1/tensor_ops.pb.h"
 #include "kernels/core/dtype.h"
+#include "proto/dtype.h"
 
 namespace coalesce {
-
-v1::DataType ToProtoDType(DType dtype);
-// INVALID_ARGUMENT for DATA_TYPE_UNSPECIFIED and unknown values.
-absl::StatusOr<DType> FromProtoDType(v1::DataType dtype);
 
 // Moves the array into an inline (raw) tensor.
 v1::Tensor ToTensor(NpyArray array);

@@ -166,7 +166,8 @@ absl::StatusOr<std::shared_ptr<const StoredTensor>> ResolveHandle(
         absl::StrCat(field, ".handle: ", stored.status().message()));
   }
   const StoredTensor& s = **stored;
-  if (t.dtype() != v1::DATA_TYPE_UNSPECIFIED && t.dtype() != ToProto(s.dtype)) {
+  if (t.dtype() != v1::DATA_TYPE_UNSPECIFIED &&
+      t.dtype() != ToProtoDType(s.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".dtype: ", v1::DataType_Name(t.dtype()), " does not match ",
         DTypeName(s.dtype), " of the stored tensor '", t.handle(), "'"));
@@ -454,18 +455,6 @@ absl::StatusOr<const void*> DecodeHiddenVector(const v1::Tensor& t,
 }
 
 }  // namespace
-
-v1::DataType ToProto(DType t) {
-  switch (t) {
-    case DType::kFloat32:
-      return v1::DATA_TYPE_FLOAT32;
-    case DType::kFloat16:
-      return v1::DATA_TYPE_FLOAT16;
-    case DType::kBFloat16:
-      return v1::DATA_TYPE_BFLOAT16;
-  }
-  return v1::DATA_TYPE_UNSPECIFIED;
-}
 
 absl::StatusOr<DecodedRequest> DecodeTranspose(
     const v1::TransposeRequest& request, int64_t max_tensor_bytes,

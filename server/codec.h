@@ -25,6 +25,7 @@
 #include "coalesce/v1/tensor_ops.pb.h"
 #include "kernels/core/problem.h"
 #include "kernels/core/variant.h"
+#include "proto/dtype.h"
 
 namespace coalesce {
 
@@ -101,8 +102,5 @@ absl::StatusOr<TensorHeader> DecodePutTensorHeader(
 absl::StatusOr<int64_t> DecodeChunkBytes(int64_t requested,
                                          int64_t default_bytes,
                                          int64_t max_bytes);
-
-// The proto enum value of t.
-v1::DataType ToProto(DType t);
 
 }  // namespace coalesce

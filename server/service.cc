@@ -132,7 +132,7 @@ absl::Status InField(const absl::Status& status, absl::string_view field) {
 
 void FillTensorInfo(const TensorListing& t, v1::TensorInfo* out) {
   out->set_handle(t.handle);
-  out->set_dtype(ToProto(t.dtype));
+  out->set_dtype(ToProtoDType(t.dtype));
   out->mutable_shape()->Add(t.shape.begin(), t.shape.end());
   out->set_byte_size(t.bytes);
   out->set_owner(t.owner);
@@ -260,7 +260,7 @@ absl::Status TensorOpsService::Run(Call& call,
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i] == nullptr) continue;
     v1::Tensor* out = outputs[i];
-    out->set_dtype(ToProto(dtype));
+    out->set_dtype(ToProtoDType(dtype));
     out->mutable_shape()->Add(d.output_shapes[i].begin(),
                               d.output_shapes[i].end());
     const OutputTarget& target = d.output_targets[i];
