@@ -377,7 +377,9 @@ grpc::Status TensorOpsService::GetServerInfo(
     v1::GetServerInfoResponse* response) {
   Call call(metrics_, Rpc::kGetServerInfo);
   response->set_backend(std::string(BackendName(backend_->kind())));
-  FillDeviceInfo(backend_->device(), response->add_devices());
+  for (const DeviceInfo& d : backend_->VisibleDevices()) {
+    FillDeviceInfo(d, response->add_devices());
+  }
   v1::BuildInfo* build = response->mutable_build();
   build->set_version(COALESCE_VERSION);
   build->set_git_sha(COALESCE_GIT_SHA);

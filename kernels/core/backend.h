@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -66,6 +67,9 @@ class Backend {
   // and takes the kernel time it reports (right for the CPU backend).
   virtual absl::StatusOr<BenchmarkResult> Benchmark(
       const KernelVariant& v, const Problem& p, const BenchmarkOptions& opts);
+  // Every device of this backend's kind the process can see, the serving
+  // one (device()) first, for GetServerInfo.
+  virtual std::vector<DeviceInfo> VisibleDevices() const { return {device()}; }
   // For the device gauges; cheap enough to call on every scrape.
   virtual MemoryStats Memory() const { return {}; }
   // Non-OK after a fault that makes the device unusable (sticky CUDA error).

@@ -113,6 +113,16 @@ class CudaBackend final : public Backend {
   const DeviceInfo& device() const override { return device_; }
   const VariantRegistry& registry() const override { return registry_; }
 
+  std::vector<DeviceInfo> VisibleDevices() const override {
+    std::vector<DeviceInfo> all = {device_};
+    for (const DeviceInfo& d : others_) all.push_back(d);
+    return all;
+  }
+  // The other visible devices (not served; no copy peak measured).
+  void SetOtherDevices(std::vector<DeviceInfo> others) {
+    others_ = std::move(others);
+  }
+
   MemoryStats Memory() const override {
     MemoryStats m;
     m.pinned_staging_bytes =
@@ -425,6 +435,7 @@ class CudaBackend final : public Backend {
   }
 
   DeviceInfo device_;
+  std::vector<DeviceInfo> others_;
   VariantRegistry registry_;
   std::vector<Lane> lanes_;
   std::mutex lanes_mu_;
@@ -485,6 +496,16 @@ absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   COALESCE_ASSIGN_OR_RETURN(DeviceInfo info, ProbeDevice(device));
   auto backend = std::make_unique<CudaBackend>(std::move(info));
+  int count = 0;
+  std::vector<DeviceInfo> others;
+  if (cudaGetDeviceCount(&count) == cudaSuccess) {
+    for (int i = 0; i < count; ++i) {
+      if (i == device) continue;
+      absl::StatusOr<DeviceInfo> d = ProbeDevice(i);
+      if (d.ok()) others.push_back(*std::move(d));
+    }
+  }
+  backend->SetOtherDevices(std::move(others));
   COALESCE_RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));
 }
