@@ -40,7 +40,8 @@ ABSL_FLAG(std::string, preset, "targets",
           "or 'cpu' (one large size per op, for the CPU backend)");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
 ABSL_FLAG(std::string, variants, "",
-          "only variants whose name contains one of these (comma-separated)");
+          "only variants whose name contains one of these (comma-separated; "
+          "a trailing $ asks for that exact name)");
 ABSL_FLAG(std::string, shape, "",
           "kernels mode: only cases of this shape, as printed (e.g. "
           "1,8192,8192); service mode: the input tensor's shape (e.g. "
@@ -271,7 +272,13 @@ int Main(int argc, char** argv) {
           if (!v->CanImplement(c.problem, dev).ok()) continue;
           bool keep = filters.empty();
           for (const std::string& f : filters) {
-            if (absl::StrContains(v->name(), f)) keep = true;
+            // "name$" matches one variant exactly, a plain word any name
+            // containing it.
+            const bool exact = absl::EndsWith(f, "$");
+            if (exact ? v->name() == absl::string_view(f).substr(0, f.size() - 1)
+                      : absl::StrContains(v->name(), f)) {
+              keep = true;
+            }
           }
           if (keep) jobs.push_back({c, v});
         }

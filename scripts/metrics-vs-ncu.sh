@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Issue 7's proof that the exported figures are true, on the GPU machine,
+# from the repo root with gpu-bundle.tar.xz carried:
+#   scripts/metrics-vs-ncu.sh OUT_DIR
+# 1. A server answers one request per op with --report: the variant it
+#    chose, and the achieved bandwidth and theoretical occupancy it exports
+#    (the report and /metrics carry the same computed figures).
+# 2. Nsight Compute profiles that variant on the same problem in a separate
+#    process (a process holding CUPTI cannot also be profiled by ncu):
+#    dram__bytes.sum.per_second, gpu__time_duration.sum,
+#    sm__maximum_warps_per_active_cycle_pct.
+# 3. A table of both, with the ratio, in OUT_DIR/metrics-vs-ncu.md.
+set -uo pipefail
+out=${1:?usage: metrics-vs-ncu.sh OUT_DIR}
+mkdir -p "$out"
+[ -d gpu-bundle ] || tar -xJf gpu-bundle.tar.xz
+export LD_LIBRARY_PATH=$PWD/gpu-bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+bin=gpu-bundle/bin
+"$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+  >"$out/server.out" 2>"$out/server.log" &
+server=$!
+for _ in $(seq 1 300); do
+  port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+  [ -n "$port" ] && break
+  sleep 0.2
+done
+cli() { "$bin/coalesce" --server=127.0.0.1:$port "$@" --report; }
+# name | CLI arguments | coalesce-bench arguments for the same problem
+cases=(
+  "transpose|transpose --shape=8192,8192|--ops=transpose --shape=1,8192,8192 --dtypes=float32"
+  "layout|layout --shape=64,256,56,56 --from=NCHW --to=NHWC|--ops=convert_layout --shape=64,256,56,56 --dtypes=float32"
+  "gelu_layer_norm|gelu-ln --shape=8192,4096|--ops=gelu_layer_norm --shape=8192,4096 --dtypes=float32"
+  "gemm|gemm --m=4096 --n=4096 --k=4096 --dtype=bfloat16|--ops=gemm --shape=1,4096,4096,4096 --dtypes=bfloat16"
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name cli_args bench_args <<<"$c"
+  # shellcheck disable=SC2086
+  cli $cli_args >"$out/report-$name.txt" 2>&1
+done
+kill $server; wait $server 2>/dev/null
+metrics=gpu__time_duration.sum,dram__bytes.sum.per_second,sm__maximum_warps_per_active_cycle_pct,sm__warps_active.avg.pct_of_peak_sustained_active
+for c in "${cases[@]}"; do
+  IFS='|' read -r name cli_args bench_args <<<"$c"
+  variant=$(sed -n 's/^  variant: *//p' "$out/report-$name.txt")
+  # The first launch that is not the start-up copy probe or an input fill.
+  # shellcheck disable=SC2086
+  ncu --clock-control none --kernel-name 'regex:^(?!.*(CopyKernel|CopyFlatKernel|FillKernel)).*$' \
+    --launch-count 1 --metrics "$metrics" --csv \
+    "$bin/coalesce-bench" kernels $bench_args "--variants=$variant\$" \
+    --reps=1 --warmup=0 --check_max_elements=0 \
+    >"$out/ncu-$name.csv" 2>"$out/ncu-$name.err"
+done
+python3 - "$out" <<'PY'
+import csv, re, sys
+out = sys.argv[1]
+rows = ["| op | variant | exported GB/s | ncu DRAM GB/s | ratio | exported occupancy | ncu max warps % | ncu achieved warps % |",
+        "|---|---|---:|---:|---:|---:|---:|---:|"]
+for name in ["transpose", "layout", "gelu_layer_norm", "gemm"]:
+    rep = open(f"{out}/report-{name}.txt").read()
+    variant = re.search(r"variant: *(\S+)", rep)
+    gbps = re.search(r"([0-9.]+) GB/s", rep)
+    occ = re.search(r"occupancy ([0-9.]+)", rep)
+    m = {}
+    try:
+        hdr = None
+        for r in csv.reader(open(f"{out}/ncu-{name}.csv")):
+            if "Metric Name" in r:
+                hdr = r
+            elif hdr and len(r) == len(hdr):
+                d = dict(zip(hdr, r))
+                m[d["Metric Name"]] = (float(d["Metric Value"].replace(",", "")), d["Metric Unit"])
+    except (OSError, ValueError):
+        pass
+    dram = m.get("dram__bytes.sum.per_second")
+    scale = {"byte/second": 1e-9, "Kbyte/second": 1e-6, "Mbyte/second": 1e-3,
+             "Gbyte/second": 1, "Tbyte/second": 1e3}
+    dram_gbps = dram[0] * scale.get(dram[1], float("nan")) if dram else float("nan")
+    exported = float(gbps.group(1)) if gbps else float("nan")
+    rows.append("| %s | %s | %.0f | %.0f | %.3f | %s | %s | %s |" % (
+        name, variant.group(1) if variant else "-", exported, dram_gbps,
+        exported / dram_gbps if dram_gbps == dram_gbps and dram_gbps else float("nan"),
+        "%.1f%%" % (100 * float(occ.group(1))) if occ else "-",
+        "%.1f" % m["sm__maximum_warps_per_active_cycle_pct"][0] if "sm__maximum_warps_per_active_cycle_pct" in m else "-",
+        "%.1f" % m["sm__warps_active.avg.pct_of_peak_sustained_active"][0] if "sm__warps_active.avg.pct_of_peak_sustained_active" in m else "-"))
+text = "\n".join(rows) + "\n"
+open(f"{out}/metrics-vs-ncu.md", "w").write(text)
+print(text)
+PY
