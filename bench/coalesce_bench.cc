@@ -184,10 +184,6 @@ Shape ShapeOf(const Problem& p) {
   return {l.rows, l.hidden};
 }
 
-DType DTypeOf(const Problem& p) {
-  return std::visit([](const auto& q) { return q.dtype; }, p);
-}
-
 std::string JsonEscape(absl::string_view s) {
   std::string out;
   for (char c : s) {
@@ -275,8 +271,9 @@ int Main(int argc, char** argv) {
             // "name$" matches one variant exactly, a plain word any name
             // containing it.
             const bool exact = absl::EndsWith(f, "$");
-            if (exact ? v->name() == absl::string_view(f).substr(0, f.size() - 1)
-                      : absl::StrContains(v->name(), f)) {
+            if (exact
+                    ? v->name() == absl::string_view(f).substr(0, f.size() - 1)
+                    : absl::StrContains(v->name(), f)) {
               keep = true;
             }
           }

@@ -23,29 +23,11 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-DType OutputDType(const Problem& p) {
-  return std::visit([](const auto& typed) { return typed.dtype; }, p);
-}
-
-// The FLOP/s ceiling that applies to p, chosen as KernelVariant's default
-// estimate chooses it: 16-bit and TF32 GEMMs run on tensor cores.
-double PeakFlops(const Problem& p, const DeviceInfo& dev) {
-  if (const auto* g = std::get_if<GemmProblem>(&p)) {
-    if ((g->dtype != DType::kFloat32 || g->allow_tf32) &&
-        dev.peak_tensor_flops > 0) {
-      return dev.peak_tensor_flops;
-    }
-  }
-  return dev.peak_fp32_flops;
-}
-
 // Which roofline ceiling applies: compute when the arithmetic intensity is
 // past the ridge point (peak FLOP/s over bandwidth).
 std::string Bound(const Problem& p, const DeviceInfo& dev, double intensity) {
-  const double bandwidth = dev.measured_copy_bandwidth > 0
-                               ? dev.measured_copy_bandwidth
-                               : dev.theoretical_bandwidth;
-  const double peak = PeakFlops(p, dev);
+  const double bandwidth = RooflineBandwidth(dev);
+  const double peak = RooflineFlops(p, dev);
   if (bandwidth <= 0 || peak <= 0) {
     // No ridge point known: only pure data movement is surely memory-bound.
     return intensity > 0 ? "compute" : "memory";
@@ -60,7 +42,7 @@ KernelObservation Observe(const DeviceInfo& dev, const Problem& p,
   KernelObservation k;
   k.variant = &variant;
   k.op = OpOf(p);
-  k.dtype = OutputDType(p);
+  k.dtype = DTypeOf(p);
   k.bytes_moved = MinBytesMoved(p);
   const double seconds = run.kernel_seconds;
   k.bytes_per_second = seconds > 0 ? k.bytes_moved / seconds : 0;
@@ -249,7 +231,7 @@ absl::Status TensorOpsService::Run(Call& call,
                             selector_->Select(d.problem, d.forced_variant));
   call.metrics().VariantSelected(selection);
   Operands host = d.host;
-  const DType dtype = OutputDType(d.problem);
+  const DType dtype = DTypeOf(d.problem);
   // Outputs kept as handles: committed only when the kernel succeeded.
   absl::InlinedVector<std::string, 2> created;
   const auto abandon = [&] {

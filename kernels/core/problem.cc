@@ -122,6 +122,10 @@ struct DescribeVisitor {
 
 OpKind OpOf(const Problem& p) { return std::visit(OpOfVisitor{}, p); }
 
+DType DTypeOf(const Problem& p) {
+  return std::visit([](const auto& typed) { return typed.dtype; }, p);
+}
+
 OperandSizes OperandBytes(const Problem& p) {
   return std::visit(BytesVisitor{}, p);
 }

@@ -5,10 +5,10 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <variant>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/string_view.h"
 #include "kernels/core/dtype.h"
 
 namespace coalesce {
@@ -94,6 +94,8 @@ using Problem =
     std::variant<TransposeProblem, GemmProblem, PermuteProblem, GeluLnProblem>;
 
 OpKind OpOf(const Problem& p);
+// The element type of every tensor of p (inputs and outputs share it).
+DType DTypeOf(const Problem& p);
 
 // Operand order per op. Absent optional operands have size 0 and a null
 // pointer.

@@ -11,22 +11,28 @@ constexpr double kGpuLaunchSeconds = 3e-6;
 constexpr double kCpuCallSeconds = 2e-6;
 }  // namespace
 
-double KernelVariant::EstimateSeconds(const Problem& p,
-                                      const DeviceInfo& dev) const {
-  const double eff = std::clamp(Efficiency(p, dev), 1e-3, 1.0);
-  const double bw = dev.measured_copy_bandwidth > 0 ? dev.measured_copy_bandwidth
-                                                    : dev.theoretical_bandwidth;
-  const double bytes = static_cast<double>(MinBytesMoved(p));
-  const double flops = Flops(p);
-  double peak = dev.peak_fp32_flops;
+double RooflineBandwidth(const DeviceInfo& dev) {
+  return dev.measured_copy_bandwidth > 0 ? dev.measured_copy_bandwidth
+                                         : dev.theoretical_bandwidth;
+}
+
+double RooflineFlops(const Problem& p, const DeviceInfo& dev) {
   if (const auto* g = std::get_if<GemmProblem>(&p)) {
     if ((g->dtype != DType::kFloat32 || g->allow_tf32) &&
         dev.peak_tensor_flops > 0) {
-      peak = dev.peak_tensor_flops;
+      return dev.peak_tensor_flops;
     }
   }
-  const double t_mem = bw > 0 ? bytes / bw : 0;
-  const double t_math = peak > 0 ? flops / peak : 0;
+  return dev.peak_fp32_flops;
+}
+
+double KernelVariant::EstimateSeconds(const Problem& p,
+                                      const DeviceInfo& dev) const {
+  const double eff = std::clamp(Efficiency(p, dev), 1e-3, 1.0);
+  const double bw = RooflineBandwidth(dev);
+  const double peak = RooflineFlops(p, dev);
+  const double t_mem = bw > 0 ? static_cast<double>(MinBytesMoved(p)) / bw : 0;
+  const double t_math = peak > 0 ? Flops(p) / peak : 0;
   const double fixed =
       dev.backend == BackendKind::kCuda ? kGpuLaunchSeconds : kCpuCallSeconds;
   return std::max(t_mem, t_math) / eff + fixed;

@@ -6,10 +6,9 @@
 // are stateless after construction and safe to call from many threads.
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "kernels/core/device_info.h"
 #include "kernels/core/problem.h"
 
@@ -41,6 +40,13 @@ struct ExecContext {
   LaunchInfo launch;  // filled by GPU variants
 };
 
+// The roofline ceilings of p on dev, shared by the selection estimates and
+// the kernel reports: the measured copy bandwidth (the theoretical one where
+// none was measured), and the FLOP/s of the unit that runs p (tensor cores
+// for 16-bit and TF32 GEMMs, FP32 otherwise).
+double RooflineBandwidth(const DeviceInfo& dev);
+double RooflineFlops(const Problem& p, const DeviceInfo& dev);
+
 class KernelVariant {
  public:
   virtual ~KernelVariant() = default;
@@ -55,8 +61,7 @@ class KernelVariant {
                                     const DeviceInfo& dev) const = 0;
   // Estimated seconds for this problem (lower is better); the default is a
   // roofline estimate scaled by Efficiency.
-  virtual double EstimateSeconds(const Problem& p,
-                                 const DeviceInfo& dev) const;
+  virtual double EstimateSeconds(const Problem& p, const DeviceInfo& dev) const;
   virtual absl::Status Run(const Problem& p, const Operands& ops,
                            ExecContext& ctx) const = 0;
 

@@ -147,10 +147,6 @@ std::vector<Problem> GeluLnProblems(DType t) {
 
 // ---------------------------------------------------------------- checking
 
-DType DTypeOf(const Problem& p) {
-  return std::visit([](const auto& q) { return q.dtype; }, p);
-}
-
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
