@@ -7,19 +7,37 @@
 
 namespace coalesce {
 
+int BenchmarkBufferSets(const Problem& p, const BenchmarkOptions& opts,
+                        int max_sets) {
+  const int64_t set_bytes = MinBytesMoved(p);
+  if (set_bytes <= 0) return 1;
+  return static_cast<int>(std::clamp<int64_t>(
+      (opts.min_footprint_bytes + set_bytes - 1) / set_bytes, 1, max_sets));
+}
+
+BenchmarkResult SummarizeBenchmark(std::vector<double> seconds, int sets,
+                                   const LaunchInfo& launch) {
+  std::sort(seconds.begin(), seconds.end());
+  BenchmarkResult r;
+  r.reps = static_cast<int>(seconds.size());
+  r.buffer_sets = sets;
+  if (!seconds.empty()) {
+    r.median_seconds = seconds[seconds.size() / 2];
+    r.min_seconds = seconds.front();
+    r.max_seconds = seconds.back();
+  }
+  r.launch = launch;
+  return r;
+}
+
 absl::StatusOr<BenchmarkResult> Backend::Benchmark(
     const KernelVariant& v, const Problem& p, const BenchmarkOptions& opts) {
   const OperandSizes sizes = OperandBytes(p);
-  int64_t set_bytes = 0;
-  for (int64_t b : sizes.inputs) set_bytes += b;
-  for (int64_t b : sizes.outputs) set_bytes += b;
-  const int sets = static_cast<int>(std::clamp<int64_t>(
-      set_bytes > 0 ? (opts.min_footprint_bytes + set_bytes - 1) / set_bytes
-                    : 1,
-      1, 16));
+  // Host buffers: a few sets are enough to leave the CPU caches.
+  const int sets = BenchmarkBufferSets(p, opts, 16);
   std::mt19937_64 rng(opts.seed);
   std::uniform_real_distribution<float> dist(0.25f, 1.0f);
-  const DType dtype = std::visit([](const auto& q) { return q.dtype; }, p);
+  const DType dtype = DTypeOf(p);
   std::vector<std::vector<std::vector<char>>> in(sets), out(sets);
   std::vector<Operands> ops(sets);
   for (int s = 0; s < sets; ++s) {
@@ -37,7 +55,6 @@ absl::StatusOr<BenchmarkResult> Backend::Benchmark(
       ops[s].outputs.push_back(b > 0 ? out[s].back().data() : nullptr);
     }
   }
-  BenchmarkResult r;
   RunResult rr;
   for (int i = 0; i < opts.warmup; ++i) {
     absl::Status st = Execute(v, p, ops[i % sets], &rr);
@@ -49,16 +66,7 @@ absl::StatusOr<BenchmarkResult> Backend::Benchmark(
     if (!st.ok()) return st;
     t.push_back(rr.kernel_seconds);
   }
-  std::sort(t.begin(), t.end());
-  r.reps = static_cast<int>(t.size());
-  r.buffer_sets = sets;
-  if (!t.empty()) {
-    r.median_seconds = t[t.size() / 2];
-    r.min_seconds = t.front();
-    r.max_seconds = t.back();
-  }
-  r.launch = rr.launch;
-  return r;
+  return SummarizeBenchmark(std::move(t), sets, rr.launch);
 }
 
 }  // namespace coalesce

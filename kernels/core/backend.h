@@ -44,6 +44,16 @@ struct BenchmarkResult {
   LaunchInfo launch;
 };
 
+// Buffer sets to rotate through so that their footprint reaches
+// opts.min_footprint_bytes: at least 1, at most max_sets.
+int BenchmarkBufferSets(const Problem& p, const BenchmarkOptions& opts,
+                        int max_sets);
+
+// The result of timed repetitions (seconds, in any order) on `sets`
+// buffer sets.
+BenchmarkResult SummarizeBenchmark(std::vector<double> seconds, int sets,
+                                   const LaunchInfo& launch);
+
 // Memory of the device as the backend sees it; -1 where unknown.
 struct MemoryStats {
   int64_t used_bytes = -1;  // in use on the device, all processes

@@ -321,18 +321,13 @@ class CudaBackend final : public Backend {
       Lane& l, const KernelVariant& v, const Problem& p,
       const BenchmarkOptions& opts) {
     const OperandSizes sizes = OperandBytes(p);
-    const DType dtype = std::visit([](const auto& q) { return q.dtype; }, p);
-    int64_t set_bytes = 0;
-    for (int64_t b : sizes.inputs) set_bytes += b;
-    for (int64_t b : sizes.outputs) set_bytes += b;
-    // Rotate buffer sets so the timed runs read from HBM, not from L2.
-    int sets = static_cast<int>(std::clamp<int64_t>(
-        set_bytes > 0 ? (opts.min_footprint_bytes + set_bytes - 1) / set_bytes
-                      : 1,
-        1, 64));
-    sets = static_cast<int>(std::max<int64_t>(
-        1, std::min<int64_t>(sets, device_.memory_bytes / 4 /
-                                       std::max<int64_t>(set_bytes, 1))));
+    const DType dtype = DTypeOf(p);
+    // Rotate buffer sets so the timed runs read from HBM, not from L2, in
+    // at most a quarter of the device's memory.
+    const int64_t set_bytes = std::max<int64_t>(MinBytesMoved(p), 1);
+    const int sets = static_cast<int>(std::max<int64_t>(
+        1, std::min<int64_t>(BenchmarkBufferSets(p, opts, 64),
+                             device_.memory_bytes / 4 / set_bytes)));
     DeviceBuffers bufs{l.stream, {}};
     std::vector<Operands> ops(sets);
     for (int s = 0; s < sets; ++s) {
@@ -375,15 +370,7 @@ class CudaBackend final : public Backend {
     }
     for (cudaEvent_t e : ev) cudaEventDestroy(e);
     COALESCE_RETURN_IF_ERROR(st);
-    std::sort(t.begin(), t.end());
-    BenchmarkResult r;
-    r.reps = static_cast<int>(t.size());
-    r.buffer_sets = sets;
-    r.median_seconds = t[t.size() / 2];
-    r.min_seconds = t.front();
-    r.max_seconds = t.back();
-    r.launch = ctx.launch;
-    return r;
+    return SummarizeBenchmark(std::move(t), sets, ctx.launch);
   }
 
   // Records ev[0], then each of ev.size() - 1 runs of v followed by its
