@@ -6,20 +6,28 @@
 
 namespace coalesce {
 
+std::vector<const KernelVariant*> EligibleVariants(
+    const VariantRegistry& registry, const Problem& p, const DeviceInfo& dev) {
+  std::vector<const KernelVariant*> out;
+  for (const KernelVariant* v : registry.ForOp(OpOf(p))) {
+    if (v->backend() == dev.backend && v->CanImplement(p, dev).ok()) {
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
 std::string EligibleVariantNames(const VariantRegistry& registry,
                                  const Problem& p, const DeviceInfo& dev) {
   std::vector<absl::string_view> names;
-  for (const KernelVariant* v : registry.ForOp(OpOf(p))) {
-    if (v->backend() == dev.backend && v->CanImplement(p, dev).ok()) {
-      names.push_back(v->name());
-    }
+  for (const KernelVariant* v : EligibleVariants(registry, p, dev)) {
+    names.push_back(v->name());
   }
   return absl::StrJoin(names, ", ");
 }
 
 absl::StatusOr<Selection> SelectVariant(const VariantRegistry& registry,
-                                        const Problem& p,
-                                        const DeviceInfo& dev,
+                                        const Problem& p, const DeviceInfo& dev,
                                         absl::string_view forced) {
   if (!forced.empty()) {
     const KernelVariant* v = registry.Find(forced);
@@ -41,10 +49,9 @@ absl::StatusOr<Selection> SelectVariant(const VariantRegistry& registry,
   }
   const KernelVariant* best = nullptr;
   double best_t = 0;
-  int eligible = 0;
-  for (const KernelVariant* v : registry.ForOp(OpOf(p))) {
-    if (v->backend() != dev.backend || !v->CanImplement(p, dev).ok()) continue;
-    ++eligible;
+  const std::vector<const KernelVariant*> eligible =
+      EligibleVariants(registry, p, dev);
+  for (const KernelVariant* v : eligible) {
     const double t = v->EstimateSeconds(p, dev);
     if (best == nullptr || t < best_t) {
       best = v;
@@ -55,10 +62,11 @@ absl::StatusOr<Selection> SelectVariant(const VariantRegistry& registry,
     return absl::UnimplementedError(absl::StrCat(
         "no ", BackendName(dev.backend), " variant supports ", Describe(p)));
   }
-  return Selection{best, "heuristic",
-                   absl::StrFormat("lowest roofline estimate (%.3g us) of %d "
-                                   "eligible variants",
-                                   best_t * 1e6, eligible)};
+  return Selection{
+      best, "heuristic",
+      absl::StrFormat("lowest roofline estimate (%.3g us) of %d "
+                      "eligible variants",
+                      best_t * 1e6, static_cast<int>(eligible.size()))};
 }
 
 }  // namespace coalesce

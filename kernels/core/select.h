@@ -4,9 +4,10 @@
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/core/registry.h"
 
 namespace coalesce {
@@ -21,9 +22,12 @@ struct Selection {
 // the problem gives INVALID_ARGUMENT listing the variants that can; no
 // eligible variant at all gives UNIMPLEMENTED.
 absl::StatusOr<Selection> SelectVariant(const VariantRegistry& registry,
-                                        const Problem& p,
-                                        const DeviceInfo& dev,
+                                        const Problem& p, const DeviceInfo& dev,
                                         absl::string_view forced);
+
+// The variants of dev's backend that can run p, in registration order.
+std::vector<const KernelVariant*> EligibleVariants(
+    const VariantRegistry& registry, const Problem& p, const DeviceInfo& dev);
 
 // Names of the variants that can run p on dev, comma-separated.
 std::string EligibleVariantNames(const VariantRegistry& registry,

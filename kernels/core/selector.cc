@@ -85,12 +85,8 @@ std::shared_ptr<const TunedChoice> Selector::Lookup(
   return c;
 }
 
-absl::StatusOr<Selection> Selector::Select(const Problem& p,
-                                           absl::string_view forced) {
-  if (!forced.empty()) {
-    return SelectVariant(backend_->registry(), p, backend_->device(), forced);
-  }
-  const std::string key = KeyOf(p);
+absl::StatusOr<Selection> Selector::Choose(const std::string& key,
+                                           const Problem& p) const {
   const KernelVariant* v = nullptr;
   if (auto c = Lookup(key, p, cache_, &v)) {
     return Selection{
@@ -104,9 +100,20 @@ absl::StatusOr<Selection> Selector::Select(const Problem& p,
                                   ": ", MicroSeconds(c->seconds),
                                   ", fastest of ", c->measured.size())};
   }
-  absl::StatusOr<Selection> h =
-      SelectVariant(backend_->registry(), p, backend_->device(), "");
-  if (!h.ok() || opts_.autotune == AutotuneMode::kOff) return h;
+  return SelectVariant(backend_->registry(), p, backend_->device(), "");
+}
+
+absl::StatusOr<Selection> Selector::Select(const Problem& p,
+                                           absl::string_view forced) {
+  if (!forced.empty()) {
+    return SelectVariant(backend_->registry(), p, backend_->device(), forced);
+  }
+  const std::string key = KeyOf(p);
+  absl::StatusOr<Selection> h = Choose(key, p);
+  if (!h.ok() || h->source != "heuristic" ||
+      opts_.autotune == AutotuneMode::kOff) {
+    return h;
+  }
   if (!BeginTuning(key)) {
     h->reason += " (this shape is being tuned)";
     return h;
@@ -121,6 +128,7 @@ absl::StatusOr<Selection> Selector::Select(const Problem& p,
   }
   absl::StatusOr<TunedChoice> tuned = Tune(p);
   EndTuning(key);
+  const KernelVariant* v = nullptr;
   if (tuned.ok() && Lookup(key, p, cache_, &v) != nullptr) {
     return Selection{v, "cache",
                      absl::StrCat("tuned now: ", MicroSeconds(tuned->seconds),
@@ -162,10 +170,9 @@ void Selector::TunerLoop() {
 absl::StatusOr<TunedChoice> Selector::Tune(const Problem& p) {
   const DeviceInfo& dev = backend_->device();
   std::vector<std::pair<double, const KernelVariant*>> order;
-  for (const KernelVariant* v : backend_->registry().ForOp(OpOf(p))) {
-    if (v->backend() == dev.backend && v->CanImplement(p, dev).ok()) {
-      order.emplace_back(v->EstimateSeconds(p, dev), v);
-    }
+  for (const KernelVariant* v :
+       EligibleVariants(backend_->registry(), p, dev)) {
+    order.emplace_back(v->EstimateSeconds(p, dev), v);
   }
   if (order.empty()) {
     return absl::UnimplementedError(
@@ -179,22 +186,21 @@ absl::StatusOr<TunedChoice> Selector::Tune(const Problem& p) {
   bo.min_footprint_bytes = 0;  // one buffer set: ranking, not absolute figures
   TunedChoice c;
   const auto start = std::chrono::steady_clock::now();
+  auto spent = [&start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  };
   for (const auto& [estimate, v] : order) {
-    const double spent =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    if (!c.measured.empty() && spent > opts_.budget_seconds) break;
+    if (!c.measured.empty() && spent() > opts_.budget_seconds) break;
     absl::StatusOr<BenchmarkResult> r = backend_->Benchmark(*v, p, bo);
     if (r.ok())
       c.measured.emplace_back(std::string(v->name()), r->median_seconds);
   }
-  const double spent =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
   {
     absl::MutexLock lock(&mu_);
     ++tunings_;
-    tuning_seconds_ += spent;
+    tuning_seconds_ += spent();
   }
   if (c.measured.empty()) {
     return absl::InternalError(
@@ -236,19 +242,8 @@ Explanation Selector::Explain(const Problem& p) {
     e.candidates.push_back(std::move(c));
   }
   // What Select would answer, without starting a tuning.
-  const KernelVariant* v = nullptr;
-  if (auto c = Lookup(e.key, p, cache_, &v)) {
-    e.chosen = {
-        v, "cache",
-        absl::StrCat("tuned on this device: ", MicroSeconds(c->seconds))};
-  } else if (auto t = Lookup(e.key, p, table_, &v)) {
-    e.chosen = {v, "table",
-                absl::StrCat("shipped table: ", MicroSeconds(t->seconds))};
-  } else {
-    absl::StatusOr<Selection> h =
-        SelectVariant(backend_->registry(), p, dev, "");
-    if (h.ok()) e.chosen = *h;
-  }
+  absl::StatusOr<Selection> chosen = Choose(e.key, p);
+  if (chosen.ok()) e.chosen = *std::move(chosen);
   return e;
 }
 

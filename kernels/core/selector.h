@@ -84,6 +84,9 @@ class Selector {
   double tuning_seconds() const;
 
  private:
+  // Cache, then table, then heuristic: Select's answer before any tuning.
+  absl::StatusOr<Selection> Choose(const std::string& key,
+                                   const Problem& p) const;
   std::shared_ptr<const TunedChoice> Lookup(const std::string& key,
                                             const Problem& p,
                                             const TuningStore& store,
