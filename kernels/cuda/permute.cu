@@ -45,9 +45,9 @@ struct TileParams {
   int64_t rest_size[kMaxRank];
   int64_t rest_in_stride[kMaxRank];
   int64_t rest_out_stride[kMaxRank];
-  int64_t size_a, size_b;      // a: output-innermost dim, b: input-innermost
-  int64_t in_stride_a;         // input stride of a (b has input stride 1)
-  int64_t out_stride_b;        // output stride of b (a has output stride 1)
+  int64_t size_a, size_b;  // a: output-innermost dim, b: input-innermost
+  int64_t in_stride_a;     // input stride of a (b has input stride 1)
+  int64_t out_stride_b;    // output stride of b (a has output stride 1)
   int64_t tiles_a, tiles_b, num_tiles;
 };
 
@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(256)
     for (int j = 0; j < 32; j += 8) {
       const int64_t bb = tb * 32 + threadIdx.y + j;
       if (a < p.size_a && bb < p.size_b) {
-        out[out_off + bb * p.out_stride_b + a] = tile[threadIdx.x][threadIdx.y + j];
+        out[out_off + bb * p.out_stride_b + a] =
+            tile[threadIdx.x][threadIdx.y + j];
       }
     }
     __syncthreads();
@@ -111,15 +112,20 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Row-major element strides of the collapsed input.
+void InputStrides(const CollapsedPermutation& c, int64_t* in_stride) {
+  int64_t st = 1;
+  for (int d = static_cast<int>(c.in_shape.size()) - 1; d >= 0; --d) {
+    in_stride[d] = st;
+    st *= c.in_shape[d];
+  }
+}
+
 PermParams MakePermParams(const CollapsedPermutation& c) {
   PermParams p{};
   const int k = static_cast<int>(c.in_shape.size());
   int64_t in_stride[kMaxRank];
-  int64_t st = 1;
-  for (int d = k - 1; d >= 0; --d) {
-    in_stride[d] = st;
-    st *= c.in_shape[d];
-  }
+  InputStrides(c, in_stride);
   p.rank = k;
   for (int i = 0; i < k; ++i) {
     p.out_shape[i] = c.in_shape[c.perm[i]];
@@ -134,8 +140,9 @@ unsigned GridFor(int64_t items) {
 }
 
 template <typename T>
-absl::Status LaunchPermuteTyped(PermuteKernel kind, const CollapsedPermutation& c,
-                                const void* in_v, void* out_v, ExecContext& ctx) {
+absl::Status LaunchPermuteTyped(PermuteKernel kind,
+                                const CollapsedPermutation& c, const void* in_v,
+                                void* out_v, ExecContext& ctx) {
   const T* in = static_cast<const T*>(in_v);
   T* out = static_cast<T*>(out_v);
   cudaStream_t stream = StreamOf(ctx);
@@ -158,25 +165,21 @@ absl::Status LaunchPermuteTyped(PermuteKernel kind, const CollapsedPermutation& 
       const int64_t blocks = (total / run) * cpr;
       const dim3 grid(GridFor(blocks));
       CopyRunsKernel<uint4><<<grid, 256, 0, stream>>>(
-          static_cast<const uint4*>(in_v), static_cast<uint4*>(out_v), vp,
-          vrun, cpr, blocks);
+          static_cast<const uint4*>(in_v), static_cast<uint4*>(out_v), vp, vrun,
+          cpr, blocks);
       RecordLaunch(CopyRunsKernel<uint4>, grid, dim3(256), 0, ctx);
     } else {
       const int64_t cpr = CeilDiv(run, kRunChunk);
       const int64_t blocks = (total / run) * cpr;
       const dim3 grid(GridFor(blocks));
-      CopyRunsKernel<T><<<grid, 256, 0, stream>>>(in, out, pp, run, cpr,
-                                                   blocks);
+      CopyRunsKernel<T>
+          <<<grid, 256, 0, stream>>>(in, out, pp, run, cpr, blocks);
       RecordLaunch(CopyRunsKernel<T>, grid, dim3(256), 0, ctx);
     }
   } else {
     int64_t in_stride[kMaxRank], out_stride_of_in[kMaxRank];
+    InputStrides(c, in_stride);
     int64_t st = 1;
-    for (int d = k - 1; d >= 0; --d) {
-      in_stride[d] = st;
-      st *= c.in_shape[d];
-    }
-    st = 1;
     for (int i = k - 1; i >= 0; --i) {
       out_stride_of_in[c.perm[i]] = st;
       st *= c.in_shape[c.perm[i]];
