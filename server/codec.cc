@@ -36,22 +36,18 @@ bool CheckedProduct(absl::Span<const int64_t> dims, int64_t* product) {
 }
 
 absl::StatusOr<DType> DecodeDType(v1::DataType dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::DATA_TYPE_FLOAT32:
-      return DType::kFloat32;
-    case v1::DATA_TYPE_FLOAT16:
-      return DType::kFloat16;
-    case v1::DATA_TYPE_BFLOAT16:
-      return DType::kBFloat16;
-    case v1::DATA_TYPE_UNSPECIFIED:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field,
-                       ".dtype: must be set (DATA_TYPE_FLOAT32, "
-                       "DATA_TYPE_FLOAT16 or DATA_TYPE_BFLOAT16)"));
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".dtype: unknown data type ", static_cast<int>(dtype)));
+  if (dtype == v1::DATA_TYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ".dtype: must be set (DATA_TYPE_FLOAT32, "
+                     "DATA_TYPE_FLOAT16 or DATA_TYPE_BFLOAT16)"));
   }
+  absl::StatusOr<DType> t = FromProtoDType(dtype);
+  if (!t.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".dtype: unknown data type ", static_cast<int>(dtype)));
+  }
+  return t;
 }
 
 std::string RankRange(int min_rank, int max_rank) {
