@@ -83,15 +83,7 @@ Case PermuteCase(DType t, Shape shape, Perm perm, LayoutKind kind) {
 }
 
 Case GemmCase(DType t, int64_t b, int64_t m, int64_t n, int64_t k) {
-  GemmProblem p;
-  p.dtype = t;
-  p.batch = b;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.stride_a = b > 1 ? m * k : 0;
-  p.stride_b = b > 1 ? k * n : 0;
-  return {"gemm", p};
+  return {"gemm", Gemm(t, b, m, n, k, /*trans_a=*/false, /*trans_b=*/false)};
 }
 
 Case GeluLnCase(DType t, int64_t rows, int64_t hidden) {
