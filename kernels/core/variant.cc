@@ -26,6 +26,15 @@ double RooflineFlops(const Problem& p, const DeviceInfo& dev) {
   return dev.peak_fp32_flops;
 }
 
+double TileUtilization(int64_t rows, int64_t cols, int64_t tile_rows,
+                       int64_t tile_cols) {
+  auto padded = [](int64_t x, int64_t tile) {
+    return (x + tile - 1) / tile * tile;
+  };
+  return static_cast<double>(rows * cols) /
+         static_cast<double>(padded(rows, tile_rows) * padded(cols, tile_cols));
+}
+
 double KernelVariant::EstimateSeconds(const Problem& p,
                                       const DeviceInfo& dev) const {
   const double eff = std::clamp(Efficiency(p, dev), 1e-3, 1.0);

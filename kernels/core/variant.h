@@ -47,6 +47,12 @@ struct ExecContext {
 double RooflineBandwidth(const DeviceInfo& dev);
 double RooflineFlops(const Problem& p, const DeviceInfo& dev);
 
+// Share of a rows x cols matrix's tile_rows x tile_cols tiles that carries
+// data (an edge tile costs as much as a full one): scales a tiled variant's
+// Efficiency.
+double TileUtilization(int64_t rows, int64_t cols, int64_t tile_rows,
+                       int64_t tile_cols);
+
 class KernelVariant {
  public:
   virtual ~KernelVariant() = default;

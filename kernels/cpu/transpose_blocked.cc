@@ -40,9 +40,7 @@ class TransposeBlockedVariant final
   double Efficiency(const Problem& problem, const DeviceInfo&) const override {
     const auto& p = std::get<TransposeProblem>(problem);
     const int64_t tile = 128 / static_cast<int64_t>(ElementSize(p.dtype));
-    auto padded = [tile](int64_t x) { return (x + tile - 1) / tile * tile; };
-    return kBlockedEfficiency * static_cast<double>(p.rows * p.cols) /
-           static_cast<double>(padded(p.rows) * padded(p.cols));
+    return kBlockedEfficiency * TileUtilization(p.rows, p.cols, tile, tile);
   }
 };
 

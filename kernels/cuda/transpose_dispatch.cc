@@ -12,13 +12,6 @@ namespace {
 // pair up into words, and 4 words make a 16-byte store).
 int64_t Vec16Multiple(int elem_bytes) { return elem_bytes == 4 ? 4 : 8; }
 
-// Fraction of a kernel's tiles that carry data: an edge tile costs as much
-// as a full one.
-double TileUtilization(int64_t rows, int64_t cols, int64_t tr, int64_t tc) {
-  return static_cast<double>(rows * cols) /
-         static_cast<double>(CeilDiv(rows, tr) * tr * CeilDiv(cols, tc) * tc);
-}
-
 }  // namespace
 
 absl::Status TransposeSupports(TransposeKernel k, const TransposeShape& s) {
@@ -30,9 +23,9 @@ absl::Status TransposeSupports(TransposeKernel k, const TransposeShape& s) {
     case TransposeKernel::kVec16Wide: {
       const int64_t m = Vec16Multiple(s.elem_bytes);
       if (s.rows % m != 0 || s.cols % m != 0) {
-        return absl::UnimplementedError(absl::StrCat(
-            "16-byte vectors need rows and cols divisible by ", m, " for ",
-            s.elem_bytes, "-byte elements"));
+        return absl::UnimplementedError(
+            absl::StrCat("16-byte vectors need rows and cols divisible by ", m,
+                         " for ", s.elem_bytes, "-byte elements"));
       }
       return absl::OkStatus();
     }
@@ -62,11 +55,11 @@ double TransposeEfficiency(TransposeKernel k, const TransposeShape& s) {
       return (s.elem_bytes == 4 ? 0.8 : 0.42) *
              TileUtilization(s.rows, s.cols, 32, 32);
     case TransposeKernel::kVec16:
-      return 0.89 * TileUtilization(s.rows, s.cols,
-                                    s.elem_bytes == 4 ? 64 : 128, 32);
+      return 0.89 *
+             TileUtilization(s.rows, s.cols, s.elem_bytes == 4 ? 64 : 128, 32);
     case TransposeKernel::kVec16Wide:
-      return 0.88 * TileUtilization(s.rows, s.cols,
-                                    s.elem_bytes == 4 ? 64 : 128, 64);
+      return 0.88 *
+             TileUtilization(s.rows, s.cols, s.elem_bytes == 4 ? 64 : 128, 64);
     case TransposeKernel::kSmallDim:
       return 0.82;
   }
