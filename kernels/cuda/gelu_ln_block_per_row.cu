@@ -9,16 +9,18 @@
 // Threads x slots per thread (slots of 4 float32 or 8 16-bit elements) by
 // row capacity, the smallest that holds the row (see ThreadsFor), and the
 // registers ptxas (sm_90, CUDA 13.0, -Xptxas -v) gives each instance, erf /
-// tanh where they differ; 0-byte stack frames and no spills throughout:
+// tanh where they differ; "p": pipelined (see Pipelined):
 //   capacity         1024      2048      4096     8192     16384
-//   float32 vector   256x1     256x2     256x4    512x4    1024x4
-//                    40/44     43/46     64       64       64
+//   float32 vector   256x1 p   256x2 p   256x4    512x4    1024x4
+//                    61/60     84        64       64       64
 //   float32 scalar   256x1     256x2     256x4    512x4    512x8
-//                    36        56        80       80       128
-//   16-bit vector    -         256x1     256x2    512x2    1024x2
-//                              39/48     56-62    56-62    56-62
+//                    40        64        88       88       128
+//   16-bit vector    -         256x1 p   256x2 p  512x2 p  1024x2
+//                              64-71     94-96    94-96    55-62
 //   16-bit scalar    -         256x1     256x2    512x2    512x4
-//                              51/53     78       78       128
+//                              55-58     84-86    84-86    128
+// No spills, except the 16-bit scalar 512x4 instances (rows wider than
+// 8192 that are not 16-byte aligned): 8 to 24 bytes.
 // Static shared memory: two floats per warp (64 to 256 bytes); none dynamic.
 #include <cuda_runtime.h>
 
@@ -50,13 +52,13 @@ constexpr int kMaxThreadsVector = 1024;
 constexpr int kMaxThreadsScalar = 512;
 constexpr int kMinThreadsPerSmVector = 1024;
 constexpr int kMinThreadsPerSmScalar = 512;
-// Leads until measured on the H200: long rows keep enough bytes in flight
-// per SM to approach the copy roofline; rows under 2048 elements leave most
-// of a 256-thread block idle and pay two barriers for little data (the
-// warp_per_row variant serves them); the scalar path issues four or eight
-// times the memory instructions with fewer threads resident. 16-bit rows
-// take about 55 instructions per element (GELU, conversions, reductions)
-// where the memory rate allows some 40 to 55: they may fall short.
+// The heuristic's efficiencies. Measured on the H200 (docs/PERFORMANCE.md,
+// GELU-LayerNorm): float32 rows of 2048 to 8192 at 0.86-0.97 of the copy
+// peak, 16-bit ones at 0.69-0.73 (39 instructions per element, issue-bound);
+// rows under 2048 elements leave most of a 256-thread block idle and pay
+// two barriers for little data (warp_per_row serves them); the scalar path
+// issues four or eight times the memory instructions with fewer threads
+// resident. The shipped table overrides these where it has the shape.
 constexpr int64_t kLongRow = 2048;
 constexpr double kLongRowEfficiency = 0.85;
 constexpr double kShortRowEfficiency = 0.5;
@@ -68,28 +70,95 @@ constexpr int ThreadsFor(int64_t capacity, bool vector) {
                           vector ? kMaxThreadsVector : kMaxThreadsScalar));
 }
 
-constexpr int MinBlocksFor(int threads, bool vector) {
-  return std::max(
-      1, (vector ? kMinThreadsPerSmVector : kMinThreadsPerSmScalar) / threads);
+// Pipelined instances (vector layout, blocks of at most 512 threads) are
+// persistent: each block takes rows blockIdx.x, + gridDim.x, ... and loads
+// the next row's x and residual, as raw packs, while it reduces, normalizes
+// and stores the current one. Without it (ncu, [8192,4096] bfloat16) the
+// kernel stalled on memory latency most of the time at 4 blocks per SM:
+// every block idled the memory system from its last load to its next row.
+// The prefetched row costs registers (8 per slot), so these instances ask
+// for 512 resident threads per SM instead of 1024 (ptxas: 84 to 96
+// registers, no spills); 1024-thread blocks cannot spare them, and float32
+// at 4 slots per thread spilled at 128.
+constexpr bool Pipelined(int threads, int vecs, bool vector) {
+  return vector && threads <= 512 && vecs <= 2;
+}
+constexpr int kMinThreadsPerSmPipelined = 512;
+
+constexpr int MinBlocksFor(int threads, int vecs, bool vector) {
+  return std::max(1,
+                  (Pipelined(threads, vecs, vector) ? kMinThreadsPerSmPipelined
+                   : vector                         ? kMinThreadsPerSmVector
+                                                    : kMinThreadsPerSmScalar) /
+                      threads);
+}
+
+// One row of a pipelined block from raw[kBuf], prefetching the block's next
+// row into the other buffer; advances row and says whether one is left.
+template <typename Io, int kThreads, int kVecs, bool kTanh, int kBuf>
+__device__ __forceinline__ bool PipelinedRow(
+    const Args& a, int64_t& row, gelu_ln::RawRow<kVecs> (&raw)[2],
+    const gelu_ln::BlockReducer<kThreads>& reduce) {
+  float v[kVecs][Io::kPack];
+  float r[kVecs][Io::kPack];
+  gelu_ln::UnpackRawRow<Io>(raw[kBuf], v, r);
+  const int64_t next = row + gridDim.x;
+  gelu_ln::GeluLnRowFrom<Io, kVecs, true, kTanh, kThreads>(
+      a, row, threadIdx.x, v, r, reduce, [&] {
+        if (next < a.rows) {
+          gelu_ln::LoadRawRow<Io, kVecs, kThreads>(a, next, threadIdx.x,
+                                                   raw[1 - kBuf]);
+        }
+      });
+  row = next;
+  return row < a.rows;
 }
 
 template <typename Io, int kThreads, int kVecs, bool kVector, bool kTanh>
-__global__ void __launch_bounds__(kThreads, MinBlocksFor(kThreads, kVector))
+__global__ void __launch_bounds__(kThreads,
+                                  MinBlocksFor(kThreads, kVecs, kVector))
     GeluLnBlockKernel(Args a) {
   __shared__ float partial[2][kThreads / 32];
   const gelu_ln::BlockReducer<kThreads> reduce{partial};
-  // The loop bound is uniform per block, as the barriers require.
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, kThreads>(a, row, threadIdx.x,
-                                                            reduce);
+  // Loop bounds are uniform per block, as the barriers require.
+  if constexpr (Pipelined(kThreads, kVecs, kVector)) {
+    gelu_ln::RawRow<kVecs> raw[2];  // indexed by constants only: registers
+    int64_t row = blockIdx.x;
+    if (row >= a.rows) return;
+    gelu_ln::LoadRawRow<Io, kVecs, kThreads>(a, row, threadIdx.x, raw[0]);
+    while (PipelinedRow<Io, kThreads, kVecs, kTanh, 0>(a, row, raw, reduce) &&
+           PipelinedRow<Io, kThreads, kVecs, kTanh, 1>(a, row, raw, reduce)) {
+    }
+  } else {
+    for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+      gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, kThreads>(
+          a, row, threadIdx.x, reduce);
+    }
   }
 }
 
 template <typename Io, int kThreads, int kVecs, bool kVector, bool kTanh>
 absl::Status LaunchBlock(const Args& a, ExecContext& ctx) {
-  const dim3 block(kThreads);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(a.rows, 0x7fffffff)));
   auto* kernel = GeluLnBlockKernel<Io, kThreads, kVecs, kVector, kTanh>;
+  int64_t blocks = a.rows;
+  if constexpr (Pipelined(kThreads, kVecs, kVector)) {
+    // As many blocks as are resident at once, each looping over rows.
+    static const int per_sm = [kernel] {
+      int n = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads,
+                                                        0) != cudaSuccess) {
+        cudaGetLastError();
+      }
+      return std::max(n, 1);
+    }();
+    blocks = std::min<int64_t>(
+        blocks,
+        static_cast<int64_t>(per_sm) *
+            std::max(ctx.device != nullptr ? ctx.device->multiprocessors : 1,
+                     1));
+  }
+  const dim3 block(kThreads);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, 0x7fffffff)));
   kernel<<<grid, block, 0, StreamOf(ctx)>>>(a);
   RecordLaunch(kernel, grid, block, 0, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
