@@ -40,6 +40,9 @@ RUN apt-get update -qq \
     && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt
 COPY --from=build /build/server/coalesce-server /build/client/coalesce \
      /usr/local/bin/
+# Shipped selection tables, measured by `scripts/gpu-check.sh OUT tune`
+# (used on a device of the same name; see docs/SELECTION.md).
+COPY deploy/tuning/ /usr/local/share/coalesce/tuning/
 # Fails the build if any shared library is missing.
 RUN missing=$(ldd /usr/local/bin/coalesce-server /usr/local/bin/coalesce \
                 | grep "not found" || true); \

@@ -101,6 +101,8 @@ ABSL_FLAG(bool, no_residual, false, "gelu-ln: no residual.");
 ABSL_FLAG(std::string, shapes, "",
           "tune: shapes separated by ';', each as --shape takes it (gemm: "
           "M,N,K).");
+ABSL_FLAG(bool, measure, false,
+          "explain: also time every eligible variant on the server now.");
 ABSL_FLAG(int32_t, random_shapes, 0,
           "tune: this many random shapes, tiny to large, odd and aligned.");
 ABSL_FLAG(uint64_t, shapes_seed, 7, "tune: seed of --random_shapes.");
@@ -109,7 +111,6 @@ ABSL_FLAG(int64_t, max_shape_bytes, int64_t{256} << 20,
 ABSL_FLAG(std::string, out, "", "tune: the table file to write.");
 ABSL_FLAG(std::string, name, "",
           "put: the handle to create (empty: the server picks one).");
-ABSL_FLAG(int32_t, reps, 3, "tune: runs per variant (the fastest is kept).");
 
 namespace coalesce {
 namespace {
@@ -117,6 +118,9 @@ namespace {
 // What an op subcommand does with the request it built: send it (unset),
 // or hand it to `explain` or `tune` instead.
 std::function<absl::Status(Client&, google::protobuf::Message&)> g_request_hook;
+// explain and tune send shapes only (the server ignores ExplainSelection's
+// data): random operands are then made without their bytes.
+bool g_shape_only = false;
 
 constexpr char kUsage[] =
     R"(command-line client of the Coalesce tensor-ops server.
@@ -142,10 +146,10 @@ subcommands:
   get HANDLE --output=FILE.npy          download a tensor kept on the server
   rm HANDLE                             delete it (prints the bytes freed)
   ls                                    the tensors kept on the server
-  explain OP [op flags]
+  explain OP [op flags] [--measure]
               which variants could run this request, their estimated and
               measured times, the one the server picks and why
-  tune OP (--shapes=S;S;... | --random_shapes=N) --out=TABLE [--reps=R]
+  tune OP (--shapes=S;S;... | --random_shapes=N) --out=TABLE
               time every eligible variant of OP (transpose, gemm, layout,
               gelu-ln) for each shape through the server (S is what --shape
               takes; gemm: M,N,K), write a table for --tuning_table, and
@@ -311,6 +315,11 @@ absl::StatusOr<std::vector<NpyArray>> Operands(
   if (f.inputs.empty()) {
     COALESCE_ASSIGN_OR_RETURN(const Shapes shapes, random_shapes());
     for (const std::vector<int64_t>& shape : shapes) {
+      if (g_shape_only) {
+        arrays.push_back(
+            NpyArray{f.dtype.value_or(DType::kFloat32), shape, ""});
+        continue;
+      }
       COALESCE_ASSIGN_OR_RETURN(
           NpyArray a,
           RandomArray(f.dtype.value_or(DType::kFloat32), shape, f.rng));
@@ -357,7 +366,10 @@ void PrintReport(const v1::KernelReport& r) {
               r.selection_reason().c_str());
   std::printf("  device:     %s (%s)\n", r.device().c_str(),
               r.backend().c_str());
-  std::printf("  kernel:     %.3f us\n", r.kernel_seconds() * 1e6);
+  std::printf("  kernel:     %.3f us%s\n", r.kernel_seconds() * 1e6,
+              r.cold_start() ? " (cold start: includes one-time module "
+                               "loading or plan building)"
+                             : "");
   std::string bandwidth =
       absl::StrFormat("%s moved, %.2f GB/s", FormatBytes(r.bytes_moved()),
                       r.achieved_bytes_per_second() / 1e9);
@@ -802,8 +814,12 @@ absl::StatusOr<int> RunSelection(absl::string_view command,
   }
   COALESCE_ASSIGN_OR_RETURN(OpFlags flags, ParseOpFlags(std::move(inputs)));
   COALESCE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectFromFlags());
+  g_shape_only = true;
   if (command == "explain") {
-    g_request_hook = &ExplainRequest;
+    g_request_hook = [measure = absl::GetFlag(FLAGS_measure)](
+                         Client& c, google::protobuf::Message& request) {
+      return ExplainRequest(c, request, measure);
+    };
     COALESCE_RETURN_IF_ERROR(runner(*client, flags));
     return 0;
   }
@@ -838,9 +854,8 @@ absl::StatusOr<int> RunSelection(absl::string_view command,
     std::fflush(stderr);
     COALESCE_RETURN_IF_ERROR(SetShapeFlags(op, shapes[i]));
     g_request_hook = [&](Client& c, google::protobuf::Message& request) {
-      COALESCE_ASSIGN_OR_RETURN(
-          TunedShape t,
-          TuneRequest(c, request, absl::GetFlag(FLAGS_reps), shapes[i]));
+      COALESCE_ASSIGN_OR_RETURN(TunedShape t,
+                                TuneRequest(c, request, shapes[i]));
       results.push_back(std::move(t));
       return absl::OkStatus();
     };

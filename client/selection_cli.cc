@@ -71,51 +71,22 @@ absl::StatusOr<v1::ExplainSelectionRequest> ToExplain(const Message& request) {
   return e;
 }
 
-// Runs the op request with options.variant = variant and report on, and
-// returns the kernel time the server measured.
-absl::StatusOr<double> TimeVariant(Client& client, Message& request,
-                                   const std::string& variant) {
-  auto set_options = [&](v1::ExecutionOptions* o) {
-    o->set_variant(variant);
-    o->set_report(true);
-  };
-  if (auto* t = dynamic_cast<v1::TransposeRequest*>(&request)) {
-    set_options(t->mutable_options());
-    COALESCE_ASSIGN_OR_RETURN(v1::TransposeResponse r, client.Transpose(*t));
-    return r.report().kernel_seconds();
-  }
-  if (auto* g = dynamic_cast<v1::GemmRequest*>(&request)) {
-    set_options(g->mutable_options());
-    COALESCE_ASSIGN_OR_RETURN(v1::GemmResponse r, client.Gemm(*g));
-    return r.report().kernel_seconds();
-  }
-  if (auto* l = dynamic_cast<v1::ConvertLayoutRequest*>(&request)) {
-    set_options(l->mutable_options());
-    COALESCE_ASSIGN_OR_RETURN(v1::ConvertLayoutResponse r,
-                              client.ConvertLayout(*l));
-    return r.report().kernel_seconds();
-  }
-  if (auto* n = dynamic_cast<v1::GeluLayerNormRequest*>(&request)) {
-    set_options(n->mutable_options());
-    COALESCE_ASSIGN_OR_RETURN(v1::GeluLayerNormResponse r,
-                              client.GeluLayerNorm(*n));
-    return r.report().kernel_seconds();
-  }
-  return absl::InvalidArgumentError("not an op request");
-}
-
 std::string Us(double s) {
   return s < 0 ? "-" : absl::StrFormat("%.2f", s * 1e6);
 }
 
 }  // namespace
 
-absl::Status ExplainRequest(Client& client, Message& request) {
+absl::Status ExplainRequest(Client& client, Message& request, bool measure) {
   COALESCE_ASSIGN_OR_RETURN(v1::ExplainSelectionRequest e, ToExplain(request));
+  e.set_measure(measure);
   COALESCE_ASSIGN_OR_RETURN(v1::ExplainSelectionResponse r,
                             client.ExplainSelection(e));
-  std::printf("problem: %s\nkey:     %s\n\n", r.problem().c_str(),
-              r.key().c_str());
+  std::printf("problem: %s\nkey:     %s\n%s\n", r.problem().c_str(),
+              r.key().c_str(),
+              measure ? "times: measured on the server now (median, inputs "
+                        "rotated past the cache)\n"
+                      : "");
   std::printf("  %-36s %-8s %12s %12s  %s\n", "variant", "eligible",
               "estimate us", "measured us", "why not");
   for (const v1::VariantCandidate& c : r.candidates()) {
@@ -131,24 +102,21 @@ absl::Status ExplainRequest(Client& client, Message& request) {
 }
 
 absl::StatusOr<TunedShape> TuneRequest(Client& client, Message& request,
-                                       int reps, std::string label) {
+                                       std::string label) {
   COALESCE_ASSIGN_OR_RETURN(v1::ExplainSelectionRequest e, ToExplain(request));
+  e.set_measure(true);
   COALESCE_ASSIGN_OR_RETURN(v1::ExplainSelectionResponse r,
                             client.ExplainSelection(e));
   TunedShape t;
   t.key = r.key();
   t.label = std::move(label);
+  // Chosen before the measurement, which leaves the selection unchanged.
   t.automatic = r.chosen_variant();
   t.automatic_source = r.source();
   for (const v1::VariantCandidate& c : r.candidates()) {
-    if (!c.eligible()) continue;
-    double best = -1;
-    for (int i = 0; i < std::max(1, reps); ++i) {
-      COALESCE_ASSIGN_OR_RETURN(double s,
-                                TimeVariant(client, request, c.variant()));
-      if (best < 0 || s < best) best = s;
+    if (c.eligible() && c.measured_seconds() >= 0) {
+      t.measured.emplace_back(c.variant(), c.measured_seconds());
     }
-    t.measured.emplace_back(c.variant(), best);
   }
   if (t.measured.empty()) {
     return absl::UnimplementedError(

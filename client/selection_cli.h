@@ -16,8 +16,10 @@
 namespace coalesce {
 
 // Sends `request` (a Transpose/Gemm/ConvertLayout/GeluLayerNorm request)
-// as an ExplainSelection without its tensor data, and prints the answer.
-absl::Status ExplainRequest(Client& client, google::protobuf::Message& request);
+// as an ExplainSelection without its tensor data, and prints the answer;
+// with measure the server also times every eligible variant now.
+absl::Status ExplainRequest(Client& client, google::protobuf::Message& request,
+                            bool measure);
 
 // One tuned shape: every eligible variant timed through the server.
 struct TunedShape {
@@ -28,11 +30,13 @@ struct TunedShape {
   std::vector<std::pair<std::string, double>> measured;  // fastest first
 };
 
-// Times every eligible variant of `request` (reps runs each, the minimum
-// kernel time of each kept) and returns the result.
+// Has the server time every eligible variant of `request`'s shape on its
+// scratch buffers (ExplainSelection with measure: the bench harness's
+// method, device-resident, so no tensor data crosses the wire) and returns
+// the times with the choice the server made before measuring.
 absl::StatusOr<TunedShape> TuneRequest(Client& client,
                                        google::protobuf::Message& request,
-                                       int reps, std::string label);
+                                       std::string label);
 
 // Writes the tuning table (the format of kernels/core/tuning_store.h, build
 // "any") and prints the quality summary: for how many shapes the automatic

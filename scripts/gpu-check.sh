@@ -5,12 +5,20 @@
 # STEPS, comma-separated (default tests,sanitize,ncu,bench):
 #   tests     the GPU conformance suite
 #   sanitize  compute-sanitizer memcheck and racecheck over that suite
+#             (COALESCE_CONFORMANCE_OPS=gemm,... limits it to some ops;
+#             SANITIZE_TIMEOUT seconds per tool, default 240)
 #   ncu       Nsight Compute counters for one launch of the fast transposes
 #   bench     coalesce-bench kernels, PyTorch on the same cases in the same
 #             call, and the merged report (table last)
+#   sass      cuobjdump of the bundled kernels: HGMMA count per wgmma kernel
+#   profile   ncu detail (instructions, issue slots, stalls, DRAM) for one
+#             launch of the fastest GELU-LN variant at [8192,4096], fp32
+#             and bf16: whether a kernel is bound by memory or by issue
 #   tune      issue 6's quality sweep: a server on this GPU, `coalesce tune`
-#             over TUNE_SHAPES (default 200) random shapes per op, cold (table
-#             and heuristic only), then again with the tables it wrote loaded
+#             over TUNE_SHAPES (default 200) random shapes per op: heuristic
+#             only (training shapes, seed 7, whose table is shipped); cold,
+#             i.e. that table and the heuristic, on other shapes (seed 8);
+#             after tuning, those shapes again with their own table loaded
 # Never touches clocks, power or MIG settings.
 set -uo pipefail
 out=${1:?usage: gpu-check.sh OUT_DIR [STEPS] [bench flags]}
@@ -33,7 +41,8 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
-    compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    timeout "${SANITIZE_TIMEOUT:-240}" \
+      compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$bin/cuda_conformance_test" --gtest_filter='*EveryVariant*' \
       >"$out/sanitizer-$tool.log" 2>&1
     rc=$?
@@ -55,6 +64,28 @@ if has ncu; then
       awk -F'","' '{print $5, $(NF-2), $NF}' | cut -c1-150
   done
 fi
+if has sass; then
+  echo "== SASS: HGMMA instructions per wgmma kernel"
+  cuobjdump -sass "$bin/coalesce-bench" >"$out/all.sass" 2>&1
+  awk '/Function :/ {f=$3} /HGMMA/ {n[f]++} END {for (k in n) print n[k], k}' \
+    "$out/all.sass" | sort -k2 | tee "$out/hgmma-count.txt" | cut -c1-160
+  grep -m3 HGMMA "$out/all.sass" | sed 's/^ *//' | cut -c1-120
+  [ -s "$out/hgmma-count.txt" ] || status=1
+  rm -f "$out/all.sass"
+fi
+if has profile; then
+  echo "== ncu: GELU-LN [8192,4096], issue and memory"
+  metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum.per_second,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers,smsp__average_warp_latency_issue_stalled_long_scoreboard,smsp__average_warp_latency_issue_stalled_barrier,smsp__average_warp_latency_issue_stalled_math_pipe_throttle,smsp__average_warp_latency_issue_stalled_wait,smsp__average_warp_latency_issue_stalled_mio_throttle,smsp__average_warp_latency_issue_stalled_lg_throttle,smsp__average_warp_latency_issue_stalled_not_selected,smsp__average_warp_latency_issue_stalled_selected,smsp__average_warp_latency_issue_stalled_short_scoreboard
+  for dt in float32 bfloat16; do
+    ncu --clock-control none --kernel-name regex:'GeluLnBlockKernel' \
+      --launch-count 1 --metrics "$metrics" --csv \
+      "$bin/coalesce-bench" kernels --ops=gelu_layer_norm --dtypes=$dt \
+      --shape=8192,4096 --variants=block_per_row --reps=1 --warmup=0 \
+      --check_max_elements=0 >"$out/ncu-gelu-$dt.csv" 2>"$out/ncu-gelu-$dt.err"
+    grep -E '"(gpu__|dram__|sm__|smsp__|launch__)' "$out/ncu-gelu-$dt.csv" |
+      awk -F'","' '{print $(NF-2), $NF}' | sed "s/^/$dt /" | tr -d '"'
+  done
+fi
 if has bench; then
   echo "== coalesce-bench kernels"
   "$bin/coalesce-bench" kernels --json="$out/kernels.json" "$@" \
@@ -70,6 +101,7 @@ if has tune; then
   echo "== selection quality sweep"
   shapes=${TUNE_SHAPES:-200}
   serve() {  # starts a server with extra flags; sets $port and $server_pid
+    : >"$out/server.out"
     "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "$@" \
       >"$out/server.out" 2>>"$out/server.log" &
     server_pid=$!
@@ -79,24 +111,32 @@ if has tune; then
       sleep 0.2
     done
   }
-  sweep() {  # $1: cold or tuned
+  sweep() {  # $1: phase name, $2: shape seed; writes table-$1.txt
     for op in transpose layout gelu-ln gemm; do
       max=268435456
       [ "$op" = gemm ] && max=67108864
       "$bin/coalesce" --server=127.0.0.1:$port tune $op --random_shapes=$shapes \
-        --max_shape_bytes=$max --reps=3 --out="$out/table-$op.txt" \
+        --shapes_seed="$2" --max_shape_bytes=$max --out="$out/table-$1-$op.txt" \
         >"$out/tune-$1-$op.txt" 2>/dev/null || status=1
       echo "$1 $op: $(grep 'within 10%' "$out/tune-$1-$op.txt")"
     done
+    # One table file: the first's header, every file's entries.
+    head -n 4 "$out/table-$1-transpose.txt" >"$out/table-$1.txt"
+    for op in transpose layout gelu-ln gemm; do
+      grep '^entry ' "$out/table-$1-$op.txt" >>"$out/table-$1.txt"
+    done
+    kill $server_pid; wait $server_pid 2>/dev/null
   }
+  # 1. The heuristic alone, over training shapes (seed 7): their table is
+  #    the one shipped (deploy/tuning/).
   serve
-  sweep cold
-  kill $server_pid; wait $server_pid 2>/dev/null
-  # One table file: the first's header, every file's entries.
-  head -n 4 "$out/table-transpose.txt" >"$out/table.txt"
-  for f in "$out"/table-*.txt; do grep '^entry ' "$f" >>"$out/table.txt"; done
-  serve --tuning_table="$out/table.txt"
-  sweep tuned
-  kill $server_pid; wait $server_pid 2>/dev/null
+  sweep heuristic 7
+  # 2. Cold: that table plus the heuristic, over other shapes (seed 8).
+  serve --tuning_table="$out/table-heuristic.txt"
+  sweep cold 8
+  # 3. After tuning: the same shapes with their own measurements loaded,
+  #    re-measured.
+  serve --tuning_table="$out/table-cold.txt"
+  sweep tuned 8
 fi
 exit $status

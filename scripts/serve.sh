@@ -12,7 +12,13 @@ scripts/install-deps.sh
 TARGETS="coalesce-server coalesce-cli" scripts/build.sh
 bin=${BUILD_DIR:-build}
 listen=${LISTEN:-127.0.0.1:50051}
-"$bin/server/coalesce-server" --listen="$listen" &
+# On a GPU machine, the selection table shipped for the H200 (a table
+# measured on another device is ignored with a warning).
+table=()
+if nvidia-smi -L 2>/dev/null | grep -q "H200"; then
+  table=(--tuning_table=deploy/tuning/nvidia-h200.txt)
+fi
+"$bin/server/coalesce-server" --listen="$listen" "${table[@]}" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 cli() { "$bin/client/coalesce" --server="$listen" "$@"; }

@@ -74,6 +74,7 @@ void FillReport(const Backend& backend, const Problem& p,
   report->set_bound(Bound(p, dev, intensity));
   report->set_selection_source(selection.source);
   report->set_selection_reason(selection.reason);
+  report->set_cold_start(run.launch.cold);
   // CPU variants launch nothing; an all-zero launch would only mislead.
   if (run.launch.launches > 0) {
     v1::LaunchConfig* launch = report->mutable_launch();
@@ -294,7 +295,9 @@ absl::Status TensorOpsService::Run(Call& call,
   }
   const KernelObservation kernel =
       Observe(backend_->device(), d.problem, *selection.variant, run);
-  call.metrics().KernelRan(kernel);
+  // A cold run's time includes module loading or plan building: the report
+  // says so, the kernel metrics keep only the kernel's own figures.
+  if (!run.launch.cold) call.metrics().KernelRan(kernel);
   if (report != nullptr) {
     FillReport(*backend_, d.problem, selection, kernel, report);
   }
@@ -411,7 +414,17 @@ grpc::Status TensorOpsService::ExplainSelection(
           "gelu_layer_norm");
   }
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  const Explanation e = selector_->Explain(d->problem);
+  Explanation e = selector_->Explain(d->problem);
+  if (request->measure()) {
+    absl::StatusOr<TunedChoice> m = selector_->Measure(d->problem);
+    if (!m.ok()) return call.Finish(m.status(), *request, *response);
+    for (Candidate& c : e.candidates) {
+      c.measured_seconds = -1;
+      for (const auto& [name, s] : m->measured) {
+        if (name == c.variant) c.measured_seconds = s;
+      }
+    }
+  }
   response->set_key(e.key);
   response->set_problem(Describe(d->problem));
   for (const Candidate& c : e.candidates) {

@@ -37,6 +37,7 @@ namespace coalesce {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kServerBinary[] = COALESCE_SERVER_BINARY;
 constexpr char kCliBinary[] = COALESCE_CLI_BINARY;
@@ -418,11 +419,21 @@ TEST_F(E2eTest, ExplainNamesTheChoiceAndTuneWritesATable) {
   EXPECT_THAT(e.out, HasSubstr("transpose.cpu.naive")) << e;
   EXPECT_THAT(e.out, HasSubstr("chosen: transpose.cpu.")) << e;
   EXPECT_THAT(e.out, HasSubstr("source: heuristic")) << e;
+  EXPECT_THAT(e.out, Not(HasSubstr("measured on the server"))) << e;
+
+  // --measure times every eligible variant on the server and changes no
+  // choice: the explanation after it still comes from the heuristic.
+  const CliResult m =
+      Cli({"explain", "transpose", "--shape=512,384", "--measure"});
+  ASSERT_EQ(m.exit_code, 0) << m;
+  EXPECT_THAT(m.out, HasSubstr("measured on the server")) << m;
+  EXPECT_THAT(m.out, Not(HasSubstr(" -  "))) << m;
+  EXPECT_EQ(Cli({"explain", "transpose", "--shape=512,384"}).out, e.out);
 
   const std::string table = Path("table.txt");
-  const CliResult t = Cli({"tune", "transpose", "--shapes=512,384;33,1000",
-                           "--random_shapes=2", "--max_shape_bytes=1048576",
-                           "--reps=1", absl::StrCat("--out=", table)});
+  const CliResult t =
+      Cli({"tune", "transpose", "--shapes=512,384;33,1000", "--random_shapes=2",
+           "--max_shape_bytes=1048576", absl::StrCat("--out=", table)});
   ASSERT_EQ(t.exit_code, 0) << t;
   EXPECT_THAT(t.out, HasSubstr("wrote 4 entries")) << t;
   EXPECT_THAT(t.out, HasSubstr("within 10% of the fastest")) << t;

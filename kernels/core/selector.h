@@ -76,6 +76,11 @@ class Selector {
   // winner in the cache (and its file). Used by autotuning and by tests.
   absl::StatusOr<TunedChoice> Tune(const Problem& p);
 
+  // Times every eligible variant of p (Backend::Benchmark on scratch
+  // buffers, rotated past the L2 cache), fastest first, and changes
+  // nothing: ExplainSelection's measure, which `coalesce tune` sweeps with.
+  absl::StatusOr<TunedChoice> Measure(const Problem& p);
+
   std::string KeyOf(const Problem& p) const;
   const TuningStore& cache() const { return cache_; }
   const TuningStore& table() const { return table_; }
@@ -91,6 +96,11 @@ class Selector {
                                             const Problem& p,
                                             const TuningStore& store,
                                             const KernelVariant** v) const;
+  // The eligible variants of p timed with opts, in order of their estimate,
+  // until budget_seconds is spent (at least one is timed); fastest first.
+  absl::StatusOr<TunedChoice> TimeVariants(const Problem& p,
+                                           const BenchmarkOptions& opts,
+                                           double budget_seconds);
   bool BeginTuning(const std::string& key);
   void EndTuning(const std::string& key);
   void TunerLoop();

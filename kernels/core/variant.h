@@ -31,6 +31,11 @@ struct LaunchInfo {
   double theoretical_occupancy = 0;  // 0..1
   double waves = 0;
   int launches = 0;
+  // The call included one-time work that is not the kernel's: a kernel's
+  // first launch in the process (CUDA loads its module lazily, inside the
+  // timed span) or a library plan built for a new shape. Its timing is
+  // reported but kept out of the bandwidth and occupancy metrics.
+  bool cold = false;
 };
 
 // Per-call execution context supplied by the backend.

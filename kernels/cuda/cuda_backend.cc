@@ -351,7 +351,10 @@ class CudaBackend final : public Backend {
     ExecContext ctx;
     ctx.stream = l.stream;
     ctx.device = &device_;
-    for (int i = 0; i < opts.warmup; ++i) {
+    // At least one run before the capture: a first call may do work that
+    // stream capture forbids (cuBLASLt's lazy initialization invalidated the
+    // capture under ncu with --warmup=0) and loads the kernel's module.
+    for (int i = 0; i < std::max(1, opts.warmup); ++i) {
       COALESCE_RETURN_IF_ERROR(v.Run(p, ops[i % sets], ctx));
     }
     std::vector<cudaEvent_t> ev(opts.reps + 1);

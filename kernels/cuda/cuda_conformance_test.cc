@@ -4,8 +4,11 @@
 // no CUDA device is visible.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <memory>
+#include <string>
 
 #include "kernels/core/permute.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -163,14 +166,32 @@ std::vector<Problem> ExtraProblems(OpKind op, DType t) {
   return out;
 }
 
+// For the sanitizer runs, which are 10-100x slower and must fit one call:
+// COALESCE_CONFORMANCE_OPS=gemm,gelu_layer_norm keeps those ops only, and
+// COALESCE_CONFORMANCE_MAX_BYTES=N skips problems moving more than N bytes.
+bool OpSelected(OpKind op) {
+  const char* env = std::getenv("COALESCE_CONFORMANCE_OPS");
+  if (env == nullptr || *env == '\0') return true;
+  const std::string list = std::string(",") + env + ",";
+  return list.find("," + std::string(OpName(op)) + ",") != std::string::npos;
+}
+bool SizeSelected(const Problem& p) {
+  const char* env = std::getenv("COALESCE_CONFORMANCE_MAX_BYTES");
+  if (env == nullptr || *env == '\0') return true;
+  return MinBytesMoved(p) <= std::atoll(env);
+}
+
 TEST_F(CudaConformance, EveryVariantMatchesTheReference) {
   int checked = 0;
   uint64_t seed = 7;
   for (const KernelVariant* v : backend_->registry().All()) {
+    if (!OpSelected(v->op())) continue;
+    const int before = checked;
     for (DType t : kAllDTypes) {
       std::vector<Problem> problems = ConformanceProblems(v->op(), t);
       for (Problem& p : ExtraProblems(v->op(), t)) problems.push_back(p);
       for (const Problem& p : problems) {
+        if (!SizeSelected(p)) continue;
         if (!v->CanImplement(p, backend_->device()).ok()) continue;
         SCOPED_TRACE(std::string(v->name()) + " " + Describe(p));
         absl::Status s = CheckVariant(*backend_, *v, p, ++seed);
@@ -178,6 +199,9 @@ TEST_F(CudaConformance, EveryVariantMatchesTheReference) {
         ++checked;
       }
     }
+    // A progress line per variant (the sanitizer runs take minutes).
+    std::fprintf(stderr, "  %s: %d problems\n", std::string(v->name()).c_str(),
+                 checked - before);
   }
   EXPECT_GT(checked, 0);
   std::printf("checked %d (variant, problem) pairs on %s\n", checked,

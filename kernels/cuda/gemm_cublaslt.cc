@@ -269,7 +269,7 @@ class GemmCublasLtVariant final
     {
       absl::MutexLock lock(&mu_);
       COALESCE_ASSIGN_OR_RETURN(handle, HandleLocked(key.device));
-      COALESCE_ASSIGN_OR_RETURN(plan, PlanLocked(handle, key));
+      COALESCE_ASSIGN_OR_RETURN(plan, PlanLocked(handle, key, ctx));
       COALESCE_ASSIGN_OR_RETURN(workspace, WorkspaceLocked(key.device, stream));
     }
     const float alpha = p.alpha;
@@ -278,7 +278,8 @@ class GemmCublasLtVariant final
     COALESCE_LT_RETURN_IF_ERROR(Lt().Matmul(
         handle, plan->op, &alpha, b, plan->a, a, plan->b, &beta, c, plan->d, d,
         plan->d, &plan->algo, workspace, plan->workspace, stream));
-    // A library call, not a kernel of ours: LaunchInfo stays empty.
+    // A library call, not a kernel of ours: LaunchInfo stays empty but for
+    // cold (set by PlanLocked).
     COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -294,11 +295,14 @@ class GemmCublasLtVariant final
     return h;
   }
 
+  // A plan built here (a shape's first call) makes the call cold.
   absl::StatusOr<const Plan*> PlanLocked(cublasLtHandle_t handle,
-                                         const PlanKey& key) const
+                                         const PlanKey& key,
+                                         ExecContext& ctx) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second.get();
+    ctx.launch.cold = true;
     auto plan = std::make_unique<Plan>();
     COALESCE_RETURN_IF_ERROR(BuildPlan(handle, key, plan.get()));
     const Plan* raw = plan.get();

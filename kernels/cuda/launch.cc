@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 namespace coalesce::cuda {
@@ -43,12 +44,23 @@ FuncFacts FactsOf(const void* func, int threads, size_t smem_bytes) {
   return f;
 }
 
+// True the first time func is launched in this process: the launch loaded
+// its module (CUDA_MODULE_LOADING=LAZY, the default), which the timed span
+// includes.
+bool FirstLaunch(const void* func) {
+  static std::mutex mu;
+  static std::set<const void*>* seen = new std::set<const void*>();
+  std::lock_guard<std::mutex> lock(mu);
+  return seen->insert(func).second;
+}
+
 }  // namespace
 
 void RecordLaunch(const void* func, dim3 grid, dim3 block, size_t smem_bytes,
                   ExecContext& ctx) {
   LaunchInfo& li = ctx.launch;
   ++li.launches;
+  if (FirstLaunch(func)) li.cold = true;
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
   if (blocks < li.grid[0] * li.grid[1] * li.grid[2]) return;
   li.grid[0] = grid.x;
