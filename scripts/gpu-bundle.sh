@@ -7,15 +7,30 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-build-gpu}
-COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test coalesce-server coalesce-cli}" \
+COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test profile_sampling_gpu_test coalesce-server coalesce-cli}" \
   scripts/build.sh
 rm -rf gpu-bundle gpu-bundle.tar.xz
 bins=()
 for b in bench/coalesce-bench kernels/cuda/cuda_conformance_test \
+         kernels/cuda/profile_sampling_gpu_test \
          server/coalesce-server client/coalesce; do
   [ -x "$BUILD_DIR/$b" ] && bins+=("$BUILD_DIR/$b")
 done
 ../shared/gpu/bundle-libs.sh gpu-bundle "${bins[@]}"
+# --profile_sampling loads CUPTI with dlopen (ldd, which bundle-libs.sh
+# follows, does not list it) and CUPTI loads libnvperf_host/_target itself.
+# The build's own copies go along, as one release, from the directory where
+# the build found libcupti; lib/ comes first on the run line's
+# LD_LIBRARY_PATH, so they are the ones loaded.
+cupti=$(sed -n 's/^COALESCE_CUPTI_LIBRARY:FILEPATH=//p' "$BUILD_DIR/CMakeCache.txt")
+case "$cupti" in
+  ""|*NOTFOUND) echo "no CUPTI in this build: the bundle samples nothing" >&2 ;;
+  *)
+    cuda_lib=$(dirname "$(readlink -f "$cupti")")
+    for lib in libcupti.so.13 libnvperf_host.so libnvperf_target.so; do
+      cp -L "$cuda_lib/$lib" gpu-bundle/lib/
+    done ;;
+esac
 tar -cJf gpu-bundle.tar.xz gpu-bundle
 rm -rf gpu-bundle
 ls -l gpu-bundle.tar.xz

@@ -37,6 +37,10 @@ ABSL_FLAG(std::string, profile_sampling, "off",
           "off | sampled: sample device counters (achieved occupancy, DRAM "
           "throughput) of kernel launches with CUPTI; where that is "
           "unavailable the reason is logged at start-up and the rest runs");
+ABSL_FLAG(double, profile_sampling_fraction,
+          coalesce::kDefaultProfileSamplingFraction,
+          "with --profile_sampling=sampled, the fraction of kernel launches "
+          "sampled, in (0, 1]: every round(1/fraction)-th launch");
 ABSL_FLAG(std::string, device, "auto",
           "auto | cpu | cuda: auto uses CUDA when a device is visible, else "
           "the CPU");
@@ -177,6 +181,12 @@ bool CheckFlagValues(std::string* error) {
                           absl::GetFlag(FLAGS_profile_sampling), "'");
     return false;
   }
+  const absl::Status fraction = ValidateProfileSamplingFraction(
+      absl::GetFlag(FLAGS_profile_sampling_fraction));
+  if (!fraction.ok()) {
+    *error = std::string(fraction.message());
+    return false;
+  }
   const int64_t max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
   if (max_tensor_bytes < 1 || max_tensor_bytes > kMaxInlineTensorBytes) {
     *error = absl::StrCat("--max_tensor_bytes must be in [1, ",
@@ -231,6 +241,7 @@ int Main(int argc, char** argv) {
       "                  [--device=auto|cpu|cuda] [--max_tensor_bytes=N]\n"
       "                  [--max_message_bytes=N] [--threads=N]\n"
       "                  [--profile_sampling=off|sampled]\n"
+      "                  [--profile_sampling_fraction=F]\n"
       "                  [--tensor_quota_bytes=N] [--tensor_cap_bytes=N]\n"
       "                  [--tensor_ttl_s=S] [--max_concurrent_streams=N]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
@@ -282,12 +293,12 @@ int Main(int argc, char** argv) {
   ProfileSampling sampling = ProfileSampling::kOff;
   ParseProfileSampling(absl::GetFlag(FLAGS_profile_sampling), &sampling);
   if (sampling == ProfileSampling::kSampled) {
-    const absl::Status support = ProfileSamplingSupport(*choice->backend);
-    if (!support.ok()) {
-      spdlog::warn(
-          "--profile_sampling=sampled: sampling is unavailable ({}); "
-          "serving without device-sampled counters",
-          std::string(support.message()));
+    const ProfileSamplingStart start = StartProfileSampling(
+        *choice->backend, absl::GetFlag(FLAGS_profile_sampling_fraction));
+    if (start.enabled) {
+      spdlog::info("--profile_sampling=sampled: {}", start.message);
+    } else {
+      spdlog::warn("--profile_sampling=sampled: {}", start.message);
     }
   }
 

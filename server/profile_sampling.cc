@@ -1,5 +1,7 @@
 #include "server/profile_sampling.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace coalesce {
 
 bool ParseProfileSampling(absl::string_view text, ProfileSampling* out) {
@@ -14,15 +16,27 @@ bool ParseProfileSampling(absl::string_view text, ProfileSampling* out) {
   return false;
 }
 
-absl::Status ProfileSamplingSupport(const Backend& backend) {
-  if (backend.kind() == BackendKind::kCpu) {
-    return absl::UnimplementedError(
-        "the CPU backend has no device counters to sample");
+absl::Status ValidateProfileSamplingFraction(double fraction) {
+  if (fraction > 0 && fraction <= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--profile_sampling_fraction must be in (0, 1], not ", fraction));
+}
+
+ProfileSamplingStart StartProfileSampling(Backend& backend, double fraction) {
+  ProfileSamplingStart start;
+  const absl::StatusOr<int64_t> interval =
+      backend.EnableProfileSampling(fraction);
+  if (!interval.ok()) {
+    start.message =
+        absl::StrCat("sampling is unavailable (", interval.status().ToString(),
+                     "); serving without device-sampled counters");
+    return start;
   }
-  return absl::UnimplementedError(
-      "CUPTI range profiling is not integrated into the CUDA backend yet: "
-      "kernels report no sampled counters (docs/METRICS.md, \"Device-sampled "
-      "counters\")");
+  start.enabled = true;
+  start.message =
+      absl::StrCat("sampling 1 in ", *interval,
+                   " launches (--profile_sampling_fraction=", fraction, ")");
+  return start;
 }
 
 }  // namespace coalesce

@@ -42,8 +42,12 @@ ABSENT_ON_BACKEND = {
         "coalesce_kernel_theoretical_occupancy_ratio":
             "CPU variants launch nothing",
         "coalesce_kernel_waves": "CPU variants launch nothing",
+        "coalesce_kernel_achieved_occupancy_ratio":
+            "the CPU backend has no device counters to sample",
     },
     "cuda": {
+        "coalesce_kernel_achieved_occupancy_ratio":
+            "sampled only with --profile_sampling=sampled",
         "coalesce_device_memory_used_bytes":
             "the CUDA backend does not report memory use yet",
         "coalesce_device_pinned_staging_bytes":

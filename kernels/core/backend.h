@@ -5,12 +5,14 @@
 // server calls Execute from many request threads at once.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/core/device_info.h"
 #include "kernels/core/registry.h"
 #include "kernels/core/variant.h"
@@ -23,6 +25,23 @@ struct RunResult {
   double h2d_seconds = 0;     // staging inputs to the device (0 on CPU)
   double d2h_seconds = 0;     // copying outputs back (0 on CPU)
   LaunchInfo launch;
+  // Device counters of the variant's kernels, read by a profiler on the
+  // launches that Backend::EnableProfileSampling picks. On a sampled run
+  // kernel_seconds is the profiler's device time of those kernels: the
+  // events around a profiled launch would also time the profiler.
+  bool sampled = false;
+  // 0..1: warps active per active cycle over the SM's maximum, averaged over
+  // the SMs and weighted by kernel time (Nsight Compute's
+  // sm__warps_active.avg.pct_of_peak_sustained_active / 100).
+  double achieved_occupancy = 0;
+  // DRAM bytes read and written over the kernels' device time (ncu's
+  // dram__bytes.sum.per_second for a single kernel).
+  double dram_bytes_per_second = 0;
+  // Why a picked launch was not sampled after all (a profiler error, or a
+  // kernel of other work inside its range); the launch itself succeeded.
+  // Its kernel_seconds may include the profiler's overhead (when the error
+  // came after the launch), so the metrics leave it out.
+  absl::Status sample_error;
 };
 
 // Device-side timing of one variant (the bench harness): inputs random and
@@ -84,6 +103,16 @@ class Backend {
   virtual MemoryStats Memory() const { return {}; }
   // Non-OK after a fault that makes the device unusable (sticky CUDA error).
   virtual absl::Status Health() const { return absl::OkStatus(); }
+  // From now on samples the device counters (RunResult::sampled and what
+  // follows it) of every Nth Execute, N = round(1 / fraction), and returns
+  // N; a later call changes N. INVALID_ARGUMENT unless 0 < fraction <= 1;
+  // where the backend cannot sample, an error saying why (the default,
+  // UNIMPLEMENTED: no device counters), and Execute samples nothing.
+  virtual absl::StatusOr<int64_t> EnableProfileSampling(double /*fraction*/) {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", BackendName(kind()),
+                     " backend has no device counters to sample"));
+  }
 };
 
 }  // namespace coalesce

@@ -6,13 +6,16 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cupti_sampler.h"
 #include "kernels/cuda/device_util.h"
 
 namespace coalesce {
@@ -155,6 +158,24 @@ class CudaBackend final : public Backend {
     return health_;
   }
 
+  absl::StatusOr<int64_t> EnableProfileSampling(double fraction) override {
+    if (!(fraction > 0 && fraction <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the sampled fraction of launches must be in (0, 1], not ",
+          fraction));
+    }
+    absl::MutexLock lock(&sampling_mu_);
+    if (sampler_owner_ == nullptr) {
+      COALESCE_RETURN_IF_ERROR(Health());
+      COALESCE_ASSIGN_OR_RETURN(sampler_owner_,
+                                cuda::CuptiSampler::Create(device_.ordinal));
+      sampler_.store(sampler_owner_.get(), std::memory_order_release);
+    }
+    const int64_t interval = cuda::SampleInterval(fraction);
+    picker_.SetInterval(interval);
+    return interval;
+  }
+
   absl::Status Execute(const KernelVariant& v, const Problem& p,
                        const Operands& host, RunResult* result) override {
     COALESCE_RETURN_IF_ERROR(Health());
@@ -171,7 +192,15 @@ class CudaBackend final : public Backend {
     COALESCE_RETURN_IF_ERROR(Health());
     COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
     Lane* lane = AcquireLane();
-    absl::StatusOr<BenchmarkResult> r = BenchmarkOnLane(*lane, v, p, opts);
+    absl::StatusOr<BenchmarkResult> r;
+    {
+      // Like every unsampled launch: never inside a sampled range, whose
+      // counters would take the benchmark's kernels for the request's.
+      cuda::CuptiSampler* sampler = sampler_.load(std::memory_order_acquire);
+      std::optional<absl::ReaderMutexLock> outside_ranges;
+      if (sampler != nullptr) outside_ranges.emplace(sampler->launch_lock());
+      r = BenchmarkOnLane(*lane, v, p, opts);
+    }
     ReleaseLane(lane);
     if (!r.ok()) return Track(r.status());
     return r;
@@ -291,7 +320,10 @@ class CudaBackend final : public Backend {
     ctx.stream = l.stream;
     ctx.device = &device_;
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_start, l.stream));
-    COALESCE_RETURN_IF_ERROR(v.Run(p, dev, ctx));
+    std::optional<cuda::RangeCounters> counters;
+    absl::Status sample_error;
+    COALESCE_RETURN_IF_ERROR(
+        RunVariant(l, v, p, dev, ctx, &counters, &sample_error));
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_stop, l.stream));
     for (size_t i = 0; i < sizes.outputs.size(); ++i) {
       if (sizes.outputs[i] > 0) {
@@ -313,8 +345,51 @@ class CudaBackend final : public Backend {
       result->kernel_seconds = kern * 1e-3;
       result->d2h_seconds = d2h * 1e-3;
       result->launch = ctx.launch;
+      result->sample_error = std::move(sample_error);
+      if (counters.has_value()) {
+        // The events around a profiled launch also time the profiler
+        // (serialization, counter set-up): the device's own time of the
+        // kernels replaces them.
+        result->kernel_seconds = counters->gpu_seconds;
+        result->sampled = true;
+        result->achieved_occupancy = counters->achieved_occupancy;
+        result->dram_bytes_per_second = counters->DramBytesPerSecond();
+      }
     }
     return absl::OkStatus();
+  }
+
+  // Runs v on the lane's stream. With sampling on, a launch the picker
+  // chooses runs inside a sampled range (*counters), and every other one
+  // holds the sampler's launch lock shared so that none falls inside a
+  // range. A chosen launch runs unsampled when another range is open, or
+  // when the profiler fails before it (*sample_error says why, also for a
+  // failure after it); only the variant's own errors fail the call.
+  absl::Status RunVariant(Lane& l, const KernelVariant& v, const Problem& p,
+                          const Operands& dev, ExecContext& ctx,
+                          std::optional<cuda::RangeCounters>* counters,
+                          absl::Status* sample_error) {
+    cuda::CuptiSampler* sampler = sampler_.load(std::memory_order_acquire);
+    if (sampler == nullptr) return v.Run(p, dev, ctx);
+    if (picker_.Pick()) {
+      cuda::CuptiSampler::Outcome sampled =
+          sampler->TrySample(l.stream, [&]() -> absl::StatusOr<int> {
+            COALESCE_RETURN_IF_ERROR(v.Run(p, dev, ctx));
+            return ctx.launch.launches;
+          });
+      if (sampled.launched) {
+        COALESCE_RETURN_IF_ERROR(sampled.launch_status);
+        if (sampled.counters.ok()) {
+          *counters = *sampled.counters;
+        } else {
+          *sample_error = sampled.counters.status();
+        }
+        return absl::OkStatus();
+      }
+      if (!sampled.busy) *sample_error = sampled.counters.status();
+    }
+    absl::ReaderMutexLock lock(sampler->launch_lock());
+    return v.Run(p, dev, ctx);
   }
 
   absl::StatusOr<BenchmarkResult> BenchmarkOnLane(
@@ -433,6 +508,14 @@ class CudaBackend final : public Backend {
   std::vector<Lane*> free_lanes_;
   mutable absl::Mutex health_mu_;
   absl::Status health_;
+  // Device-sampled counters (EnableProfileSampling): the sampler, published
+  // through sampler_ once created, and the picker that chooses the launches
+  // it brackets.
+  absl::Mutex sampling_mu_;
+  std::unique_ptr<cuda::CuptiSampler> sampler_owner_
+      ABSL_GUARDED_BY(sampling_mu_);
+  std::atomic<cuda::CuptiSampler*> sampler_{nullptr};
+  cuda::LaunchPicker picker_;
 };
 
 absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {

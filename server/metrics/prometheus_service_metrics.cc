@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "kernels/core/dtype.h"
+#include "spdlog/spdlog.h"
 
 namespace coalesce::metrics {
 namespace {
@@ -54,6 +55,15 @@ const std::vector<double>& UtilizationBuckets() {
   return *b;
 }
 
+// Achieved occupancy, 0..1: steps of 0.05 at the top where well-fed
+// bandwidth kernels sit, coarser below.
+const std::vector<double>& OccupancyBuckets() {
+  static const auto* b =
+      new std::vector<double>{0.05, 0.1,  0.2, 0.3,  0.4, 0.5,  0.6, 0.65,
+                              0.7,  0.75, 0.8, 0.85, 0.9, 0.95, 1.0};
+  return *b;
+}
+
 // GEMM: 1 GFLOP/s to 2 PFLOP/s (an H200's dense 16-bit peak is about 1e15).
 const std::vector<double>& FlopsBuckets() {
   static const auto* b = new std::vector<double>{
@@ -84,6 +94,12 @@ int64_t HostMemoryBytes() {
     }
   }
   return 0;
+}
+
+std::vector<std::string> KernelLabels(const KernelObservation& kernel) {
+  return {std::string(OpName(kernel.op)), std::string(kernel.variant->name()),
+          std::string(DTypeName(kernel.dtype)),
+          std::string(SizeBucketName(SizeBucket(kernel.bytes_moved)))};
 }
 
 std::vector<std::string> OpLabel(Rpc rpc) {
@@ -210,6 +226,28 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       "Waves of the last request's largest launch: blocks over (SMs x "
       "resident blocks per SM); GPU variants only.",
       kernel_labels);
+  // Device-sampled counters (--profile_sampling=sampled): only the requests
+  // whose launch the backend sampled.
+  kernel_achieved_occupancy_ = &registry->AddHistogram(
+      "coalesce_kernel_achieved_occupancy_ratio",
+      "Achieved occupancy of a sampled request's kernels: warps active per "
+      "active cycle over the SM's maximum, averaged over SMs, weighted by "
+      "kernel time (CUPTI sm__warps_active.avg.pct_of_peak_sustained_active "
+      "/ 100).",
+      kernel_labels, OccupancyBuckets());
+  kernel_sampled_dram_ = &registry->AddHistogram(
+      "coalesce_kernel_sampled_dram_bytes_per_second",
+      "DRAM bytes read and written by a sampled request's kernels over their "
+      "device time (CUPTI dram__bytes.sum / gpu__time_duration.sum).",
+      kernel_labels, BandwidthBuckets());
+  std::vector<std::string> sample_labels = kernel_labels;
+  sample_labels.push_back("outcome");
+  kernel_profile_samples_ = &registry->AddCounter(
+      "coalesce_kernel_profile_samples_total",
+      "Launches the backend picked for device-counter sampling, by outcome: "
+      "sampled, or failed (a profiler error or other work inside the range; "
+      "the request itself succeeded).",
+      sample_labels);
 
   // ---- Selection.
   selections_ = &registry->AddCounter(
@@ -406,21 +444,70 @@ void PrometheusServiceMetrics::SetLaunchGauges(const KernelObservation& kernel,
   waves->Set(kernel.run.launch.waves);
 }
 
+void PrometheusServiceMetrics::ObserveSample(const KernelObservation& kernel,
+                                             KernelSeries& series) {
+  Histogram* occupancy =
+      series.achieved_occupancy.load(std::memory_order_acquire);
+  Histogram* dram = series.sampled_dram.load(std::memory_order_acquire);
+  Counter* samples = series.samples.load(std::memory_order_acquire);
+  if (occupancy == nullptr || dram == nullptr || samples == nullptr) {
+    // Family::Add returns the same children to racing threads.
+    std::vector<std::string> labels = KernelLabels(kernel);
+    occupancy = &kernel_achieved_occupancy_->Add(labels);
+    dram = &kernel_sampled_dram_->Add(labels);
+    labels.push_back("sampled");
+    samples = &kernel_profile_samples_->Add(labels);
+    series.achieved_occupancy.store(occupancy, std::memory_order_release);
+    series.sampled_dram.store(dram, std::memory_order_release);
+    series.samples.store(samples, std::memory_order_release);
+  }
+  occupancy->Observe(kernel.run.achieved_occupancy);
+  dram->Observe(kernel.run.dram_bytes_per_second);
+  samples->Increment();
+}
+
+void PrometheusServiceMetrics::CountFailedSample(
+    const KernelObservation& kernel, KernelSeries& series) {
+  Counter* failed = series.failed_samples.load(std::memory_order_acquire);
+  if (failed == nullptr) {
+    std::vector<std::string> labels = KernelLabels(kernel);
+    labels.push_back("failed");
+    failed = &kernel_profile_samples_->Add(labels);
+    series.failed_samples.store(failed, std::memory_order_release);
+  }
+  failed->Increment();
+  if (!sample_error_logged_.exchange(true, std::memory_order_relaxed)) {
+    spdlog::warn(
+        "device-counter sampling failed for {} ({}); this and later "
+        "failures are counted in "
+        "coalesce_kernel_profile_samples_total{{outcome=\"failed\"}}",
+        std::string(kernel.variant->name()),
+        kernel.run.sample_error.ToString());
+  }
+}
+
 void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
   const int op = static_cast<int>(kernel.op);
   h2d_seconds_[op]->Observe(NonNegative(kernel.run.h2d_seconds));
   d2h_seconds_[op]->Observe(NonNegative(kernel.run.d2h_seconds));
   KernelSeries& series = Series(kernel);
-  series.seconds->Observe(NonNegative(kernel.run.kernel_seconds));
-  if (kernel.bytes_per_second > 0) {
-    series.bandwidth->Observe(kernel.bytes_per_second);
+  if (!kernel.run.sample_error.ok()) {
+    // The launch may have run under the profiler: its event-timed figures
+    // can include the profiler's overhead and stay out of the histograms.
+    CountFailedSample(kernel, series);
+  } else {
+    series.seconds->Observe(NonNegative(kernel.run.kernel_seconds));
+    if (kernel.bytes_per_second > 0) {
+      series.bandwidth->Observe(kernel.bytes_per_second);
+    }
+    if (series.utilization != nullptr && kernel.peak_fraction > 0) {
+      series.utilization->Observe(kernel.peak_fraction);
+    }
+    if (series.flops != nullptr && kernel.flops_per_second > 0) {
+      series.flops->Observe(kernel.flops_per_second);
+    }
   }
-  if (series.utilization != nullptr && kernel.peak_fraction > 0) {
-    series.utilization->Observe(kernel.peak_fraction);
-  }
-  if (series.flops != nullptr && kernel.flops_per_second > 0) {
-    series.flops->Observe(kernel.flops_per_second);
-  }
+  if (kernel.run.sampled) ObserveSample(kernel, series);
   // CPU variants launch nothing: no occupancy to report.
   if (kernel.run.launch.launches > 0) SetLaunchGauges(kernel, series);
 }

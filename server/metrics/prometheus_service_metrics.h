@@ -68,11 +68,19 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     // Created by the first observation that carries a launch (GPU variants).
     std::atomic<Gauge*> occupancy{nullptr};
     std::atomic<Gauge*> waves{nullptr};
+    // Created by the first sampled (or failed sample) observation, so that
+    // a server without --profile_sampling exports none of them.
+    std::atomic<Histogram*> achieved_occupancy{nullptr};
+    std::atomic<Histogram*> sampled_dram{nullptr};
+    std::atomic<Counter*> samples{nullptr};
+    std::atomic<Counter*> failed_samples{nullptr};
   };
 
   int VariantIndex(const KernelVariant* variant) const;
   KernelSeries& Series(const KernelObservation& kernel);
   void SetLaunchGauges(const KernelObservation& kernel, KernelSeries& series);
+  void ObserveSample(const KernelObservation& kernel, KernelSeries& series);
+  void CountFailedSample(const KernelObservation& kernel, KernelSeries& series);
 
   const bool have_copy_peak_;
 
@@ -101,6 +109,12 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   Family<Histogram>* kernel_flops_ = nullptr;
   Family<Gauge>* kernel_occupancy_ = nullptr;
   Family<Gauge>* kernel_waves_ = nullptr;
+  Family<Histogram>* kernel_achieved_occupancy_ = nullptr;
+  Family<Histogram>* kernel_sampled_dram_ = nullptr;
+  Family<Counter>* kernel_profile_samples_ = nullptr;
+  // The first failed sample is logged with its reason; the rest are only
+  // counted.
+  std::atomic<bool> sample_error_logged_{false};
   // [(variant * 3 + dtype) * kNumSizeBuckets + size bucket], owned.
   std::unique_ptr<std::atomic<KernelSeries*>[]> kernel_series_;
   size_t num_kernel_series_ = 0;

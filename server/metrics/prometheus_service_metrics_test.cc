@@ -92,10 +92,25 @@ class LaunchingBackend final : public Backend {
     result->launch.launches = 1;
     result->launch.theoretical_occupancy = kOccupancy;
     result->launch.waves = kWaves;
+    if (sample_) {
+      result->sampled = true;
+      result->achieved_occupancy = kAchievedOccupancy;
+      result->dram_bytes_per_second = kDramBytesPerSecond;
+    }
+    result->sample_error = sample_error_;
     return status;
   }
 
+  // Device-sampled counters, as a picked launch of the CUDA backend
+  // returns them.
+  static constexpr double kAchievedOccupancy = 0.62;
+  static constexpr double kDramBytesPerSecond = 3.5e12;
+  void Sample() { sample_ = true; }
+  void FailSamples(absl::Status why) { sample_error_ = std::move(why); }
+
  private:
+  bool sample_ = false;
+  absl::Status sample_error_;
   std::unique_ptr<Backend> cpu_;
   DeviceInfo device_;
 };
@@ -403,6 +418,89 @@ TEST_F(ServiceMetricsTest, LaunchFiguresAndCopyPeakWhenTheBackendHasThem) {
   EXPECT_EQ(s.at(Key("coalesce_device_copy_peak_bytes_per_second",
                      {{"device", backend_->device().name}})),
             LaunchingBackend::kCopyPeak);
+}
+
+TEST_F(ServiceMetricsTest, SampledCountersOfSampledRequestsOnly) {
+  auto backend = std::make_unique<LaunchingBackend>();
+  LaunchingBackend* launching = backend.get();
+  Start(std::move(backend));
+  grpc::ClientContext unsampled_context;
+  v1::TransposeResponse response;
+  ASSERT_TRUE(
+      stub_->Transpose(&unsampled_context, Transpose(128, 64), &response).ok());
+  // No launch sampled yet: none of the sampled families has a series.
+  const std::string before = server_->registry->Serialize();
+  for (const char* family : {"coalesce_kernel_achieved_occupancy_ratio_",
+                             "coalesce_kernel_sampled_dram_bytes_per_second_",
+                             "coalesce_kernel_profile_samples_total{"}) {
+    EXPECT_THAT(before, Not(HasSubstr(family))) << family;
+  }
+
+  launching->Sample();
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
+  }
+  const std::map<std::string, double> s = Scrape();
+  const Labels kernel = {{"op", "transpose"},
+                         {"variant", response.report().variant()},
+                         {"dtype", "float32"},
+                         {"size_bucket", "le_1MiB"}};
+  EXPECT_EQ(s.at(Key("coalesce_kernel_achieved_occupancy_ratio_count", kernel)),
+            2);
+  EXPECT_DOUBLE_EQ(
+      s.at(Key("coalesce_kernel_achieved_occupancy_ratio_sum", kernel)),
+      2 * LaunchingBackend::kAchievedOccupancy);
+  Labels bucket = kernel;
+  bucket.emplace_back("le", "0.65");
+  EXPECT_EQ(
+      s.at(Key("coalesce_kernel_achieved_occupancy_ratio_bucket", bucket)), 2);
+  bucket.back().second = "0.6";
+  EXPECT_EQ(
+      s.at(Key("coalesce_kernel_achieved_occupancy_ratio_bucket", bucket)), 0);
+  EXPECT_EQ(
+      s.at(Key("coalesce_kernel_sampled_dram_bytes_per_second_count", kernel)),
+      2);
+  EXPECT_DOUBLE_EQ(
+      s.at(Key("coalesce_kernel_sampled_dram_bytes_per_second_sum", kernel)),
+      2 * LaunchingBackend::kDramBytesPerSecond);
+  Labels sampled = kernel;
+  sampled.emplace_back("outcome", "sampled");
+  EXPECT_EQ(s.at(Key("coalesce_kernel_profile_samples_total", sampled)), 2);
+  Labels failed = kernel;
+  failed.emplace_back("outcome", "failed");
+  EXPECT_EQ(s.count(Key("coalesce_kernel_profile_samples_total", failed)), 0u);
+  // Sampled requests keep their kernel time.
+  EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_count", kernel)), 3);
+}
+
+TEST_F(ServiceMetricsTest, FailedSamplesAreCountedAndKeptOutOfKernelTimes) {
+  auto backend = std::make_unique<LaunchingBackend>();
+  backend->FailSamples(absl::FailedPreconditionError(
+      "the sampled range held 2 kernels but the variant launched 1"));
+  Start(std::move(backend));
+  grpc::ClientContext context;
+  v1::TransposeResponse response;
+  ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
+  const std::map<std::string, double> s = Scrape();
+  const Labels kernel = {{"op", "transpose"},
+                         {"variant", response.report().variant()},
+                         {"dtype", "float32"},
+                         {"size_bucket", "le_1MiB"}};
+  Labels failed = kernel;
+  failed.emplace_back("outcome", "failed");
+  EXPECT_EQ(s.at(Key("coalesce_kernel_profile_samples_total", failed)), 1);
+  EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_count", kernel)), 0);
+  EXPECT_EQ(
+      s.count(Key("coalesce_kernel_achieved_occupancy_ratio_count", kernel)),
+      0u);
+  // The request itself succeeded and its stages are observed.
+  EXPECT_EQ(s.at(Key("coalesce_requests_total",
+                     {{"op", "transpose"}, {"code", "OK"}})),
+            1);
+  EXPECT_EQ(
+      s.at(Key("coalesce_request_h2d_seconds_count", {{"op", "transpose"}})),
+      1);
 }
 
 }  // namespace
