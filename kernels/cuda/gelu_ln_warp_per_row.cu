@@ -31,13 +31,19 @@ constexpr int64_t kMaxHidden = 1024;
 // many SMs, whole warps so that no row straddles blocks.
 constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = 32 * kWarpsPerBlock;
-// Leads until measured on the H200: the fraction of the copy roofline a
-// one-pass, register-resident row should reach (as the vec16 copies do),
-// less for the scalar path (four or eight times the memory instructions).
-// 16-bit rows take about 55 instructions per element where the memory rate
-// allows some 40 to 55: they may fall short.
+// The heuristic's efficiencies: the fraction of the copy roofline a
+// one-pass, register-resident row reaches, less for the scalar path (four
+// or eight times the memory instructions). Measured on the H200
+// (docs/PERFORMANCE.md, GELU-LayerNorm): 0.69-0.79 in float32 and
+// 0.45-0.51 in 16-bit types for 8192-16384 rows of 768 and 1024.
 constexpr double kVectorEfficiency = 0.8;
 constexpr double kScalarEfficiency = 0.6;
+// With fewer rows than kRowsPerSm per SM, the H200 sweep
+// (bench/results/h200/selection-sweep: 12x517, 64x1024, 109x932, 192x731)
+// ran block_per_row 1.5-1.6x faster: a warp then works through 8x the
+// elements a block's thread does, and there are too few warps to hide it.
+constexpr int64_t kRowsPerSm = 4;
+constexpr double kFewRowsFactor = 0.5;
 
 template <typename Io, int kVecs, bool kVector, bool kTanh>
 __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
@@ -103,11 +109,14 @@ class GeluLnWarpPerRowVariant final
     }
     return absl::OkStatus();
   }
-  double Efficiency(const Problem& problem, const DeviceInfo&) const override {
+  double Efficiency(const Problem& problem,
+                    const DeviceInfo& dev) const override {
     const auto& p = std::get<GeluLnProblem>(problem);
-    return p.hidden * static_cast<int64_t>(ElementSize(p.dtype)) % 16 == 0
-               ? kVectorEfficiency
-               : kScalarEfficiency;
+    const double e =
+        p.hidden * static_cast<int64_t>(ElementSize(p.dtype)) % 16 == 0
+            ? kVectorEfficiency
+            : kScalarEfficiency;
+    return p.rows < kRowsPerSm * dev.multiprocessors ? e * kFewRowsFactor : e;
   }
   absl::Status RunTyped(const GeluLnProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {
