@@ -33,6 +33,12 @@ cases=(
   "gelu_layer_norm|gelu-ln --shape=8192,4096|--ops=gelu_layer_norm --shape=8192,4096 --dtypes=float32"
   "gemm|gemm --m=4096 --n=4096 --k=4096 --dtype=bfloat16|--ops=gemm --shape=1,4096,4096,4096 --dtypes=bfloat16"
 )
+# The SM and memory clocks every 10 ms while the server runs: whether a lone
+# request's kernel starts on a clock that idled down (the GELU-LN and GEMM
+# kernels ran 24-27% slower than ncu's launch in the first comparison).
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu \
+  --format=csv,noheader -lms 10 >"$out/clocks.csv" 2>/dev/null &
+clocks=$!
 for c in "${cases[@]}"; do
   IFS='|' read -r name cli_args bench_args <<<"$c"
   # The first call is cold (module loading, cuBLASLt's plan; its report
@@ -45,6 +51,9 @@ for c in "${cases[@]}"; do
   cli $cli_args >"$out/report-$name.txt" 2>&1
 done
 kill $server; wait $server 2>/dev/null
+kill $clocks; wait $clocks 2>/dev/null
+echo "SM clock (MHz) while the server ran: $(cut -d, -f2 "$out/clocks.csv" |
+  tr -dc '0-9\n' | sort -n | awk '{a[NR]=$1} END {if (NR) print "min", a[1], "median", a[int((NR+1)/2)], "max", a[NR]}')"
 metrics=gpu__time_duration.sum,dram__bytes.sum.per_second,sm__maximum_warps_per_active_cycle_pct,sm__warps_active.avg.pct_of_peak_sustained_active
 for c in "${cases[@]}"; do
   IFS='|' read -r name cli_args bench_args <<<"$c"
