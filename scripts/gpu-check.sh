@@ -3,7 +3,9 @@
 # with gpu-bundle.tar.xz carried (scripts/gpu-bundle.sh builds it):
 #   scripts/gpu-check.sh OUT_DIR [STEPS] [BENCH FLAGS...]
 # STEPS, comma-separated (default tests,sanitize,ncu,bench):
-#   tests     the GPU conformance suite
+#   tests     the GPU conformance suite, then handles in device memory
+#             through a server (gpu_data_plane_test) and the CUPTI sampler
+#             (profile_sampling_gpu_test)
 #   sanitize  compute-sanitizer memcheck and racecheck over that suite
 #             (COALESCE_CONFORMANCE_OPS=gemm,... limits it to some ops;
 #             SANITIZE_TIMEOUT seconds per tool, default 240)
@@ -37,13 +39,19 @@ if has tests; then
   echo "== GPU conformance suite"
   "$bin/cuda_conformance_test" 2>&1 | tail -n 30 | tee "$out/gpu-tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  for t in gpu_data_plane_test profile_sampling_gpu_test; do
+    [ -x "$bin/$t" ] || continue
+    echo "== $t"
+    "$bin/$t" 2>&1 | tail -n 30 | tee -a "$out/gpu-tests.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
 fi
 if has sanitize; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
     timeout "${SANITIZE_TIMEOUT:-240}" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$bin/cuda_conformance_test" --gtest_filter='*EveryVariant*' \
+      "$bin/cuda_conformance_test" --gtest_filter='*EveryVariant*:*Resident*' \
       >"$out/sanitizer-$tool.log" 2>&1
     rc=$?
     tail -n 4 "$out/sanitizer-$tool.log"

@@ -89,15 +89,23 @@ struct InputTensor {
   const void* data = nullptr;
 };
 
+// What handles and shared-memory references resolved to.
+struct Resolved {
+  // Held until the request is done (DecodedRequest::keep_alive).
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  // Input pointers into stored tensors: the backend's resident memory,
+  // which the host may not be able to read (device memory).
+  std::vector<const void*> resident;
+};
+
 // How much of a tensor to check: shape_only (ExplainSelection) accepts a
 // tensor without data, since only its dtype and shape matter there. plane
-// resolves handles and shared memory; what they resolve to is held in
-// keep_alive.
+// resolves handles and shared memory into resolved.
 struct TensorChecks {
   int64_t max_tensor_bytes;
   bool shape_only;
   const DataPlane& plane;
-  std::vector<std::shared_ptr<const void>>* keep_alive;
+  Resolved* resolved;
 };
 
 // Resolves [ref.offset, ref.offset + bytes) of a registered region: the
@@ -142,7 +150,7 @@ absl::StatusOr<char*> ResolveSharedMemory(const v1::SharedMemoryRef& ref,
                         absl::StrCat(field, ": ", alive.message()));
   }
   char* data = (*region)->data() + ref.offset();
-  o.keep_alive->push_back(std::move(*region));
+  o.resolved->keep_alive.push_back(std::move(*region));
   return data;
 }
 
@@ -226,7 +234,8 @@ absl::StatusOr<InputTensor> DecodeInput(const v1::Tensor& t,
     in.dtype = stored->dtype;
     in.shape = stored->shape;
     in.data = stored->data.get();
-    o.keep_alive->push_back(std::move(stored));
+    o.resolved->resident.push_back(in.data);
+    o.resolved->keep_alive.push_back(std::move(stored));
     return in;
   }
   COALESCE_ASSIGN_OR_RETURN(in.dtype, DecodeDType(t.dtype(), field));
@@ -306,10 +315,11 @@ absl::Status DecodeOptions(const v1::ExecutionOptions& options, int num_outputs,
 
 // Fills the parts of d that follow from its problem: operand sizes, one
 // output pointer per output (null but for shared-memory outputs, resolved
-// here) and the references the operands need kept alive.
+// here), the inputs' memory spaces and the references the operands need
+// kept alive.
 absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
   d->sizes = OperandBytes(d->problem);
-  d->host.outputs.assign(d->sizes.outputs.size(), nullptr);
+  d->operands.outputs.assign(d->sizes.outputs.size(), nullptr);
   for (size_t i = 0; i < d->output_targets.size(); ++i) {
     OutputTarget& target = d->output_targets[i];
     if (target.placement == v1::OUTPUT_PLACEMENT_INLINE) continue;
@@ -330,9 +340,20 @@ absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
                         absl::StrCat("options.outputs[", i, "].shared_memory"),
                         bytes, /*is_output=*/true, o));
     target.shared_memory.set_byte_size(static_cast<uint64_t>(bytes));
-    d->host.outputs[i] = data;
+    d->operands.outputs[i] = data;
   }
-  d->keep_alive = std::move(*o.keep_alive);
+  // Stored tensors are distinct allocations of at least one byte, so a
+  // pointer into one is never also a request's or a mapping's.
+  d->operands.input_spaces.assign(d->operands.inputs.size(),
+                                  MemorySpace::kHost);
+  for (size_t i = 0; i < d->operands.inputs.size(); ++i) {
+    if (d->operands.inputs[i] != nullptr &&
+        std::find(o.resolved->resident.begin(), o.resolved->resident.end(),
+                  d->operands.inputs[i]) != o.resolved->resident.end()) {
+      d->operands.input_spaces[i] = MemorySpace::kResident;
+    }
+  }
+  d->keep_alive = std::move(o.resolved->keep_alive);
   return absl::OkStatus();
 }
 
@@ -455,8 +476,8 @@ absl::StatusOr<const void*> DecodeHiddenVector(const v1::Tensor& t,
 absl::StatusOr<DecodedRequest> DecodeTranspose(
     const v1::TransposeRequest& request, int64_t max_tensor_bytes,
     bool shape_only, const DataPlane& plane) {
-  std::vector<std::shared_ptr<const void>> keep_alive;
-  const TensorChecks o{max_tensor_bytes, shape_only, plane, &keep_alive};
+  Resolved resolved;
+  const TensorChecks o{max_tensor_bytes, shape_only, plane, &resolved};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_input(), "input"));
   COALESCE_ASSIGN_OR_RETURN(InputTensor in,
                             DecodeInput(request.input(), "input", 2, 3, o));
@@ -473,7 +494,7 @@ absl::StatusOr<DecodedRequest> DecodeTranspose(
   std::swap(out_shape[rank - 2], out_shape[rank - 1]);
   d.output_shapes = {std::move(out_shape)};
   d.problem = p;
-  d.host.inputs = {in.data};
+  d.operands.inputs = {in.data};
   COALESCE_RETURN_IF_ERROR(FinishDecoded(o, &d));
   return d;
 }
@@ -482,8 +503,8 @@ absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
                                           int64_t max_tensor_bytes,
                                           bool shape_only,
                                           const DataPlane& plane) {
-  std::vector<std::shared_ptr<const void>> keep_alive;
-  const TensorChecks o{max_tensor_bytes, shape_only, plane, &keep_alive};
+  Resolved resolved;
+  const TensorChecks o{max_tensor_bytes, shape_only, plane, &resolved};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_a(), "a"));
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_b(), "b"));
   COALESCE_ASSIGN_OR_RETURN(const InputTensor a,
@@ -570,7 +591,7 @@ absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
   COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 1, o, &d));
   d.output_shapes = {std::move(d_shape)};
   d.problem = p;
-  d.host.inputs = {a.data, b.data, p.has_c ? c.data : nullptr};
+  d.operands.inputs = {a.data, b.data, p.has_c ? c.data : nullptr};
   COALESCE_RETURN_IF_ERROR(FinishDecoded(o, &d));
   return d;
 }
@@ -578,8 +599,8 @@ absl::StatusOr<DecodedRequest> DecodeGemm(const v1::GemmRequest& request,
 absl::StatusOr<DecodedRequest> DecodeConvertLayout(
     const v1::ConvertLayoutRequest& request, int64_t max_tensor_bytes,
     bool shape_only, const DataPlane& plane) {
-  std::vector<std::shared_ptr<const void>> keep_alive;
-  const TensorChecks o{max_tensor_bytes, shape_only, plane, &keep_alive};
+  Resolved resolved;
+  const TensorChecks o{max_tensor_bytes, shape_only, plane, &resolved};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_input(), "input"));
   PermuteProblem p;
   InputTensor in;
@@ -618,7 +639,7 @@ absl::StatusOr<DecodedRequest> DecodeConvertLayout(
   COALESCE_RETURN_IF_ERROR(DecodeOptions(request.options(), 1, o, &d));
   d.output_shapes = {PermutedShape(p.in_shape, p.perm)};
   d.problem = std::move(p);
-  d.host.inputs = {in.data};
+  d.operands.inputs = {in.data};
   COALESCE_RETURN_IF_ERROR(FinishDecoded(o, &d));
   return d;
 }
@@ -626,8 +647,8 @@ absl::StatusOr<DecodedRequest> DecodeConvertLayout(
 absl::StatusOr<DecodedRequest> DecodeGeluLayerNorm(
     const v1::GeluLayerNormRequest& request, int64_t max_tensor_bytes,
     bool shape_only, const DataPlane& plane) {
-  std::vector<std::shared_ptr<const void>> keep_alive;
-  const TensorChecks o{max_tensor_bytes, shape_only, plane, &keep_alive};
+  Resolved resolved;
+  const TensorChecks o{max_tensor_bytes, shape_only, plane, &resolved};
   COALESCE_RETURN_IF_ERROR(RequireTensor(request.has_x(), "x"));
   COALESCE_ASSIGN_OR_RETURN(const InputTensor x,
                             DecodeInput(request.x(), "x", 1, kMaxRank, o));
@@ -695,7 +716,7 @@ absl::StatusOr<DecodedRequest> DecodeGeluLayerNorm(
   // y and h have x's shape and size, already within max_tensor_bytes.
   d.output_shapes = {x.shape, p.return_pre_norm ? x.shape : Shape()};
   d.problem = p;
-  d.host.inputs = {x.data, bias, residual, gamma, beta};
+  d.operands.inputs = {x.data, bias, residual, gamma, beta};
   COALESCE_RETURN_IF_ERROR(FinishDecoded(o, &d));
   return d;
 }

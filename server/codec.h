@@ -1,8 +1,9 @@
 // The request codec: every check a request must pass before it reaches a
 // kernel, in one place, so that selection, the backends and the reports can
 // trust a decoded problem. Decoding copies no tensor bytes: the decoded input
-// pointers point into the request (inline), into a stored tensor (handle) or
-// into a mapped shared-memory region; the request must outlive the
+// pointers point into the request (inline), into a stored tensor (handle: the
+// backend's resident memory, marked so) or into a mapped shared-memory
+// region; the request must outlive the
 // DecodedRequest, which holds references that keep the other two alive.
 // Shared-memory outputs are resolved and bounds-checked here too.
 // Nothing sized by the request is allocated before validation passes.
@@ -49,15 +50,17 @@ struct OutputTarget {
 
 struct DecodedRequest {
   Problem problem;
-  // Inputs point into the request's raw bytes (null for absent optional
-  // inputs). Outputs has one null entry per output of the op, for the caller
-  // to point at the memory it allocates.
-  Operands host;
+  // Inputs point into the request's raw bytes, a mapped shared-memory
+  // region (host memory) or a stored tensor (the backend's resident memory;
+  // input_spaces says which); null for absent optional inputs. Outputs has
+  // one null entry per output of the op, for the caller to point at the
+  // memory it allocates and to set output_spaces.
+  Operands operands;
   OperandSizes sizes;  // OperandBytes(problem)
   // Shape of each output in operand order; empty for an output not asked for
   // (GeluLayerNorm's h without return_pre_norm).
   absl::InlinedVector<Shape, 2> output_shapes;
-  // One per output. host.outputs already points into the region for
+  // One per output. operands.outputs already points into the region for
   // shared-memory outputs; the caller allocates inline and handle outputs.
   absl::InlinedVector<OutputTarget, 2> output_targets;
   std::string forced_variant;  // options.variant

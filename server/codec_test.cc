@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/tensor_store.h"
 
 namespace coalesce {
 namespace {
@@ -72,10 +74,11 @@ TEST(CodecTest, TransposeDecodesWithoutCopying) {
   EXPECT_EQ(p.batch, 4);
   EXPECT_EQ(p.rows, 3);
   EXPECT_EQ(p.cols, 5);
-  ASSERT_EQ(d->host.inputs.size(), 1u);
-  EXPECT_EQ(d->host.inputs[0], r.input().raw().data());
-  ASSERT_EQ(d->host.outputs.size(), 1u);
-  EXPECT_EQ(d->host.outputs[0], nullptr);
+  ASSERT_EQ(d->operands.inputs.size(), 1u);
+  EXPECT_EQ(d->operands.inputs[0], r.input().raw().data());
+  EXPECT_THAT(d->operands.input_spaces, ElementsAre(MemorySpace::kHost));
+  ASSERT_EQ(d->operands.outputs.size(), 1u);
+  EXPECT_EQ(d->operands.outputs[0], nullptr);
   EXPECT_THAT(d->sizes.outputs, ElementsAre(4 * 3 * 5 * 4));
   EXPECT_THAT(d->output_shapes[0], ElementsAre(4, 5, 3));
 }
@@ -179,6 +182,42 @@ TEST(CodecTest, HandleWithoutDataPlaneIsUnimplemented) {
               {"input.handle: server-side tensor handles are not served"});
 }
 
+// Memory that the codec must never touch: it only hands out pointers.
+class UntouchedMemory final : public TensorMemory {
+ public:
+  absl::StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) override {
+    return std::shared_ptr<void>(
+        new char[bytes], [](void* p) { delete[] static_cast<char*>(p); });
+  }
+  absl::Status CopyIn(void*, int64_t, int64_t, const void*, int64_t) override {
+    return absl::InternalError("the codec copied into a stored tensor");
+  }
+  absl::Status CopyOut(const void*, int64_t, int64_t, void*, int64_t) override {
+    return absl::InternalError("the codec copied out of a stored tensor");
+  }
+};
+
+TEST(CodecTest, HandleInputsAreResidentAndInlineOnesHost) {
+  UntouchedMemory memory;
+  TensorStore store(TensorStoreOptions(), &memory);
+  absl::StatusOr<std::shared_ptr<StoredTensor>> a =
+      store.Create("me", "a", DType::kFloat32, {4, 6}, 4 * 6 * 4);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(store.Commit("a").ok());
+  v1::GemmRequest r;
+  r.mutable_a()->set_handle("a");
+  *r.mutable_b() = MakeTensor({6, 2});
+  DataPlane plane;
+  plane.tensors = &store;
+  absl::StatusOr<DecodedRequest> d = DecodeGemm(r, kMax, false, plane);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(d->operands.inputs,
+              ElementsAre((*a)->data.get(), r.b().raw().data(), nullptr));
+  EXPECT_THAT(d->operands.input_spaces,
+              ElementsAre(MemorySpace::kResident, MemorySpace::kHost,
+                          MemorySpace::kHost));
+}
+
 TEST(CodecTest, SharedMemoryWithoutDataPlaneIsUnimplemented) {
   v1::Tensor t = MakeTensor({2, 3});
   t.mutable_shared_memory()->set_region("r");
@@ -245,7 +284,7 @@ TEST(CodecTest, GemmDefaults) {
   EXPECT_FALSE(p.has_c);
   EXPECT_EQ(p.stride_a, 0);
   EXPECT_EQ(p.stride_b, 0);
-  EXPECT_THAT(d->host.inputs,
+  EXPECT_THAT(d->operands.inputs,
               ElementsAre(r.a().raw().data(), r.b().raw().data(), nullptr));
   EXPECT_THAT(d->output_shapes[0], ElementsAre(4, 6));
   EXPECT_THAT(d->sizes.outputs, ElementsAre(4 * 6 * 4));
@@ -463,7 +502,7 @@ TEST(CodecTest, GeluLayerNormFull) {
   EXPECT_TRUE(p.has_bias && p.has_residual && p.has_gamma && p.has_beta);
   EXPECT_EQ(p.approx, GeluApprox::kTanh);
   EXPECT_EQ(p.eps, 1e-5f);
-  EXPECT_THAT(d->host.inputs,
+  EXPECT_THAT(d->operands.inputs,
               ElementsAre(r.x().raw().data(), r.bias().raw().data(),
                           r.residual().raw().data(), r.gamma().raw().data(),
                           r.beta().raw().data()));
@@ -478,8 +517,8 @@ TEST(CodecTest, GeluLayerNormMinimal) {
   const auto& p = std::get<GeluLnProblem>(d->problem);
   EXPECT_EQ(p.rows, 1);
   EXPECT_EQ(p.hidden, 5);
-  EXPECT_THAT(d->host.inputs, ElementsAre(testing::NotNull(), nullptr, nullptr,
-                                          nullptr, nullptr));
+  EXPECT_THAT(d->operands.inputs, ElementsAre(testing::NotNull(), nullptr,
+                                              nullptr, nullptr, nullptr));
   EXPECT_TRUE(d->output_shapes[1].empty());
   EXPECT_THAT(d->sizes.outputs, ElementsAre(20, 0));
 }

@@ -1,52 +1,39 @@
 // The data path through a real server on port 0 and the client library:
 // Echo, PutTensor/GetTensor in chunks (a boundary inside an element), bad
 // chunk streams, handles chained between ops with no round trip, quota over
-// gRPC, and shared memory (register, use, unregister, too small, vanished).
+// gRPC, and shared memory (register, use, unregister, too small, vanished);
+// then handles on a backend whose resident memory is not host memory: ops get
+// stored tensors in place, and only PutTensor and GetTensor copy them.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "coalesce/v1/tensor_ops.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "kernels/core/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "server/data_plane_test_util.h"
 #include "server/server.h"
 
 namespace coalesce {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string RandomFloats(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::string out(n * 4, '\0');
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = dist(rng);
-    std::memcpy(&out[i * 4], &v, 4);
-  }
-  return out;
-}
-
-std::string TransposeReference(const std::string& in, int64_t rows,
-                               int64_t cols) {
-  std::string out(in.size(), '\0');
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      std::memcpy(&out[(c * rows + r) * 4], &in[(r * cols + c) * 4], 4);
-    }
-  }
-  return out;
-}
 
 class DataPlaneTest : public testing::Test {
  protected:
@@ -320,6 +307,266 @@ TEST_F(DataPlaneTest, SharedMemoryTooSmallOrVanished) {
       client_->Transpose(ShmTranspose("r", 4, 4, 4096)).status();
   EXPECT_EQ(unlinked.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(unlinked.message(), HasSubstr("was unlinked"));
+}
+
+// A backend whose resident memory the host must not read in place, as a
+// GPU's: it lives in allocations of the backend's own and holds every byte
+// XOR kScramble, so that a server path that reads or writes it as host
+// memory gets wrong bytes instead of the tensor. Execute fails when an
+// operand's space disagrees with where its pointer lies; it unscrambles
+// resident inputs, runs the CPU backend and scrambles resident outputs. It
+// counts the bytes copied in and out of resident memory.
+class ScrambledResidentBackend final : public Backend {
+ public:
+  static constexpr char kScramble = 0x5a;
+
+  explicit ScrambledResidentBackend(Backend* cpu) : cpu_(cpu) {}
+  BackendKind kind() const override { return cpu_->kind(); }
+  const DeviceInfo& device() const override { return cpu_->device(); }
+  const VariantRegistry& registry() const override { return cpu_->registry(); }
+  bool resident_is_host_addressable() const override { return false; }
+
+  absl::StatusOr<std::shared_ptr<void>> AllocateResident(
+      int64_t bytes) override {
+    char* p = new char[std::max<int64_t>(bytes, 1)];
+    absl::MutexLock lock(&mu_);
+    arena_[p] = bytes;
+    return std::shared_ptr<void>(p, [this](void* q) {
+      absl::MutexLock lock(&mu_);
+      arena_.erase(static_cast<char*>(q));
+      delete[] static_cast<char*>(q);
+    });
+  }
+
+  absl::Status Execute(const KernelVariant& v, const Problem& p,
+                       const Operands& operands, RunResult* result) override {
+    const OperandSizes sizes = OperandBytes(p);
+    std::vector<std::unique_ptr<char[]>> copies;
+    Operands host;
+    {
+      absl::MutexLock lock(&mu_);
+      input_spaces_.clear();
+      output_spaces_.clear();
+    }
+    for (size_t i = 0; i < sizes.inputs.size(); ++i) {
+      const void* ptr = operands.inputs[i];
+      const MemorySpace space = operands.input_space(i);
+      {
+        absl::MutexLock lock(&mu_);
+        input_spaces_.push_back(space);
+      }
+      if (ptr == nullptr) {
+        host.inputs.push_back(nullptr);
+        continue;
+      }
+      if (InArena(ptr, sizes.inputs[i]) != (space == MemorySpace::kResident)) {
+        return absl::InternalError(
+            absl::StrCat("input ", i, ": space and pointer disagree"));
+      }
+      if (space == MemorySpace::kHost) {
+        host.inputs.push_back(ptr);
+        continue;
+      }
+      copies.emplace_back(new char[sizes.inputs[i]]);
+      Unscramble(ptr, copies.back().get(), sizes.inputs[i]);
+      host.inputs.push_back(copies.back().get());
+    }
+    for (size_t i = 0; i < sizes.outputs.size(); ++i) {
+      void* ptr = operands.outputs[i];
+      const MemorySpace space = operands.output_space(i);
+      {
+        absl::MutexLock lock(&mu_);
+        output_spaces_.push_back(space);
+      }
+      if (ptr != nullptr &&
+          InArena(ptr, sizes.outputs[i]) != (space == MemorySpace::kResident)) {
+        return absl::InternalError(
+            absl::StrCat("output ", i, ": space and pointer disagree"));
+      }
+      if (space == MemorySpace::kHost || ptr == nullptr) {
+        host.outputs.push_back(ptr);
+        continue;
+      }
+      copies.emplace_back(new char[sizes.outputs[i]]);
+      host.outputs.push_back(copies.back().get());
+    }
+    COALESCE_RETURN_IF_ERROR(cpu_->Execute(v, p, host, result));
+    for (size_t i = 0; i < sizes.outputs.size(); ++i) {
+      if (operands.output_space(i) == MemorySpace::kResident &&
+          operands.outputs[i] != nullptr) {
+        Unscramble(host.outputs[i], operands.outputs[i], sizes.outputs[i]);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t bytes_to_resident() const { return to_resident_; }
+  int64_t bytes_from_resident() const { return from_resident_; }
+  std::vector<MemorySpace> input_spaces() const {
+    absl::MutexLock lock(&mu_);
+    return input_spaces_;
+  }
+  std::vector<MemorySpace> output_spaces() const {
+    absl::MutexLock lock(&mu_);
+    return output_spaces_;
+  }
+
+ protected:
+  absl::Status CopyToResidentRange(void* dst, const void* src,
+                                   int64_t bytes) override {
+    if (!InArena(dst, bytes)) return absl::InternalError("dst not resident");
+    Unscramble(src, dst, bytes);
+    to_resident_ += bytes;
+    return absl::OkStatus();
+  }
+  absl::Status CopyFromResidentRange(const void* src, void* dst,
+                                     int64_t bytes) override {
+    if (!InArena(src, bytes)) return absl::InternalError("src not resident");
+    Unscramble(src, dst, bytes);
+    from_resident_ += bytes;
+    return absl::OkStatus();
+  }
+
+ private:
+  // XOR is its own inverse: scrambles and unscrambles.
+  static void Unscramble(const void* src, void* dst, int64_t bytes) {
+    const char* s = static_cast<const char*>(src);
+    char* d = static_cast<char*>(dst);
+    for (int64_t i = 0; i < bytes; ++i) d[i] = s[i] ^ kScramble;
+  }
+  // Whether [p, p + bytes) lies in one resident allocation.
+  bool InArena(const void* p, int64_t bytes) const {
+    const char* c = static_cast<const char*>(p);
+    absl::MutexLock lock(&mu_);
+    auto it = arena_.upper_bound(const_cast<char*>(c));
+    if (it == arena_.begin()) return false;
+    --it;
+    return c >= it->first && c + bytes <= it->first + it->second;
+  }
+
+  Backend* const cpu_;
+  mutable absl::Mutex mu_;
+  std::map<char*, int64_t> arena_ ABSL_GUARDED_BY(mu_);
+  std::vector<MemorySpace> input_spaces_ ABSL_GUARDED_BY(mu_);
+  std::vector<MemorySpace> output_spaces_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> to_resident_{0};
+  std::atomic<int64_t> from_resident_{0};
+};
+
+class ResidentDataPlaneTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    ServerConfig config;
+    config.listen = "127.0.0.1:0";
+    absl::StatusOr<std::unique_ptr<RunningServer>> server =
+        BuildServer(config, &backend_, "test");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    ClientOptions o;
+    o.server = absl::StrCat("127.0.0.1:", server_->port);
+    o.client_id = "test-client";
+    o.chunk_bytes = 7;  // chunks split elements
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+  }
+
+  std::unique_ptr<Backend> cpu_ = CreateCpuBackend(2);
+  ScrambledResidentBackend backend_{cpu_.get()};
+  std::unique_ptr<RunningServer> server_;
+  std::unique_ptr<Client> client_;
+};
+
+using ::testing::ElementsAre;
+constexpr MemorySpace kHost = MemorySpace::kHost;
+constexpr MemorySpace kResident = MemorySpace::kResident;
+
+TEST_F(ResidentDataPlaneTest, HandlesStayResidentThroughAChain) {
+  const int64_t rows = 13, cols = 9, bytes = rows * cols * 4;
+  const std::string x = RandomFloats(rows * cols, 5);
+  absl::StatusOr<v1::TensorInfo> in =
+      client_->PutTensor(v1::DATA_TYPE_FLOAT32, {rows, cols}, x);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(backend_.bytes_to_resident(), bytes);
+
+  // Handle in, handle out: resident on both sides, nothing copied.
+  v1::TransposeRequest t;
+  t.mutable_input()->set_handle(in->handle());
+  t.mutable_options()->add_outputs()->set_placement(
+      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  absl::StatusOr<v1::TransposeResponse> xt = client_->Transpose(t);
+  ASSERT_TRUE(xt.ok()) << xt.status();
+  EXPECT_THAT(backend_.input_spaces(), ElementsAre(kResident));
+  EXPECT_THAT(backend_.output_spaces(), ElementsAre(kResident));
+
+  // Handle in, inline out: the kernel writes the response (host).
+  v1::TransposeRequest back;
+  back.mutable_input()->set_handle(xt->output().handle());
+  absl::StatusOr<v1::TransposeResponse> xtt = client_->Transpose(back);
+  ASSERT_TRUE(xtt.ok()) << xtt.status();
+  EXPECT_THAT(backend_.input_spaces(), ElementsAre(kResident));
+  EXPECT_THAT(backend_.output_spaces(), ElementsAre(kHost));
+  EXPECT_EQ(xtt->output().raw(), x);
+
+  // Inline in, handle out.
+  v1::TransposeRequest inline_in;
+  inline_in.mutable_input()->set_dtype(v1::DATA_TYPE_FLOAT32);
+  inline_in.mutable_input()->add_shape(rows);
+  inline_in.mutable_input()->add_shape(cols);
+  inline_in.mutable_input()->set_raw(x);
+  inline_in.mutable_options()->add_outputs()->set_placement(
+      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  absl::StatusOr<v1::TransposeResponse> xt2 = client_->Transpose(inline_in);
+  ASSERT_TRUE(xt2.ok()) << xt2.status();
+  EXPECT_THAT(backend_.input_spaces(), ElementsAre(kHost));
+  EXPECT_THAT(backend_.output_spaces(), ElementsAre(kResident));
+
+  // No op copied a handle's bytes out of resident memory or into it.
+  EXPECT_EQ(backend_.bytes_from_resident(), 0);
+  EXPECT_EQ(backend_.bytes_to_resident(), bytes);
+
+  // GetTensor is the one copy out, by chunks.
+  const std::string want = TransposeReference(x, rows, cols);
+  for (const std::string& handle :
+       {xt->output().handle(), xt2->output().handle()}) {
+    absl::StatusOr<FetchedTensor> got = client_->GetTensor(handle);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->bytes, want);
+  }
+  EXPECT_EQ(backend_.bytes_from_resident(), 2 * bytes);
+}
+
+TEST_F(ResidentDataPlaneTest, MixedOperandsKeepTheirSpaces) {
+  const int64_t m = 6, k = 5, n = 4;
+  const std::string a = RandomFloats(m * k, 6);
+  const std::string b = RandomFloats(k * n, 7);
+  absl::StatusOr<v1::TensorInfo> ha =
+      client_->PutTensor(v1::DATA_TYPE_FLOAT32, {m, k}, a);
+  ASSERT_TRUE(ha.ok()) << ha.status();
+
+  v1::GemmRequest inline_gemm;
+  for (auto [t, bytes, rows, cols] :
+       {std::tuple{inline_gemm.mutable_a(), &a, m, k},
+        std::tuple{inline_gemm.mutable_b(), &b, k, n}}) {
+    t->set_dtype(v1::DATA_TYPE_FLOAT32);
+    t->add_shape(rows);
+    t->add_shape(cols);
+    t->set_raw(*bytes);
+  }
+  absl::StatusOr<v1::GemmResponse> want = client_->Gemm(inline_gemm);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_THAT(backend_.input_spaces(), ElementsAre(kHost, kHost, kHost));
+
+  // A by handle, B inline, C absent.
+  v1::GemmRequest mixed = inline_gemm;
+  mixed.mutable_a()->Clear();
+  mixed.mutable_a()->set_handle(ha->handle());
+  absl::StatusOr<v1::GemmResponse> got = client_->Gemm(mixed);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(backend_.input_spaces(), ElementsAre(kResident, kHost, kHost));
+  EXPECT_THAT(backend_.output_spaces(), ElementsAre(kHost));
+  EXPECT_EQ(got->d().raw(), want->d().raw());
+  EXPECT_EQ(backend_.bytes_from_resident(), 0);
 }
 
 }  // namespace

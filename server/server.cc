@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                  running->selector->cache().size());
   }
   AddSelectionMetrics(running->registry.get(), running->selector.get());
-  running->tensor_memory = std::make_unique<HostTensorMemory>();
+  running->tensor_memory = std::make_unique<BackendTensorMemory>(backend);
   TensorStoreOptions store_options;
   store_options.quota_bytes = config.tensor_quota_bytes;
   store_options.cap_bytes = config.tensor_cap_bytes;

@@ -41,8 +41,8 @@ struct RunningServer {
   std::unique_ptr<ServiceMetrics> metrics;
   std::unique_ptr<metrics::HttpServer> metrics_http;  // null: no metrics_listen
   std::unique_ptr<Selector> selector;  // the service chooses variants here
-  // Tensors kept on the server and registered shared memory: freed and
-  // unmapped when the server stops.
+  // Tensors kept on the server (in the backend's resident memory) and
+  // registered shared memory: freed and unmapped when the server stops.
   std::unique_ptr<TensorMemory> tensor_memory;
   std::unique_ptr<TensorStore> tensors;
   std::unique_ptr<SharedMemoryRegistry> shared_memory;

@@ -231,7 +231,8 @@ absl::Status TensorOpsService::Run(Call& call,
   COALESCE_ASSIGN_OR_RETURN(const Selection selection,
                             selector_->Select(d.problem, d.forced_variant));
   call.metrics().VariantSelected(selection);
-  Operands host = d.host;
+  Operands operands = d.operands;
+  operands.output_spaces.assign(outputs.size(), MemorySpace::kHost);
   const DType dtype = DTypeOf(d.problem);
   // Outputs kept as handles: committed only when the kernel succeeded.
   absl::InlinedVector<std::string, 2> created;
@@ -249,13 +250,8 @@ absl::Status TensorOpsService::Run(Call& call,
     const OutputTarget& target = d.output_targets[i];
     switch (target.placement) {
       case v1::OUTPUT_PLACEMENT_SERVER_HANDLE: {
-        if (!tensors_->memory().host_addressable()) {
-          abandon();
-          return absl::UnimplementedError(
-              "OUTPUT_PLACEMENT_SERVER_HANDLE: this backend's tensor memory "
-              "is not host-addressable and resident execution is not "
-              "implemented yet");
-        }
+        // The kernel writes straight into the stored tensor, in the
+        // backend's resident memory (device memory on a GPU): no copy after.
         absl::StatusOr<std::shared_ptr<StoredTensor>> t =
             tensors_->Create(ClientId(context), "", dtype, d.output_shapes[i],
                              d.sizes.outputs[i]);
@@ -265,11 +261,13 @@ absl::Status TensorOpsService::Run(Call& call,
         }
         created.push_back((*t)->handle);
         out->set_handle((*t)->handle);
-        host.outputs[i] = (*t)->data.get();
+        operands.outputs[i] = (*t)->data.get();
+        operands.output_spaces[i] = MemorySpace::kResident;
         break;
       }
       case v1::OUTPUT_PLACEMENT_SHARED_MEMORY:
-        // The codec resolved and bounds-checked it: host.outputs[i] is set.
+        // The codec resolved and bounds-checked it: operands.outputs[i] is
+        // set (host memory).
         *out->mutable_shared_memory() = target.shared_memory;
         break;
       default: {
@@ -277,14 +275,14 @@ absl::Status TensorOpsService::Run(Call& call,
         // after.
         std::string* raw = out->mutable_raw();
         raw->resize(d.sizes.outputs[i]);
-        host.outputs[i] = raw->data();
+        operands.outputs[i] = raw->data();
       }
     }
   }
   RunResult run;
   call.BackendStarted();
   const absl::Status status =
-      backend_->Execute(*selection.variant, d.problem, host, &run);
+      backend_->Execute(*selection.variant, d.problem, operands, &run);
   if (!status.ok()) {
     abandon();
     PublishHealth();
@@ -496,8 +494,12 @@ grpc::Status TensorOpsService::PutTensor(
               "chunk: message ", n, " ends at byte ", offset + size,
               ", past the tensor's ", h.bytes, " bytes"));
         }
-        tensors_->memory().CopyIn(t->data.get(), offset, message.chunk().data(),
-                                  size);
+        const absl::Status copied = tensors_->memory().CopyIn(
+            t->data.get(), h.bytes, offset, message.chunk().data(), size);
+        if (!copied.ok()) {
+          PublishHealth();  // a device fault makes the server unhealthy
+          return InField(copied, absl::StrCat("chunk: message ", n));
+        }
         offset += size;
       }
       if (offset != h.bytes) {
@@ -539,8 +541,12 @@ grpc::Status TensorOpsService::GetTensor(
       const int64_t size = std::min(chunk_bytes, tensor.bytes - offset);
       std::string* chunk = message.mutable_chunk();
       chunk->resize(size);
-      tensors_->memory().CopyOut(tensor.data.get(), offset, chunk->data(),
-                                 size);
+      const absl::Status copied = tensors_->memory().CopyOut(
+          tensor.data.get(), tensor.bytes, offset, chunk->data(), size);
+      if (!copied.ok()) {
+        PublishHealth();  // a device fault makes the server unhealthy
+        return InField(copied, "handle");
+      }
       response_bytes += static_cast<int64_t>(message.ByteSizeLong());
       if (!writer->Write(message)) {
         return absl::CancelledError("the client stopped reading");

@@ -34,7 +34,9 @@ class TensorOpsService final : public v1::TensorOps::Service {
   // backend, metrics, selector, tensors and shared_memory are not owned and
   // must outlive the service. backend_reason says why this backend serves
   // (reported by GetServerInfo). selector chooses the variant of every
-  // request without a forced one.
+  // request without a forced one. tensors must keep its bytes in backend's
+  // resident memory (BackendTensorMemory): ops hand stored tensors to
+  // backend->Execute as resident operands.
   TensorOpsService(Backend* backend, ServerConfig config,
                    std::string backend_reason, ServiceMetrics* metrics,
                    Selector* selector, TensorStore* tensors,

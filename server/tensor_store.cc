@@ -1,7 +1,5 @@
 #include "server/tensor_store.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +8,6 @@
 namespace coalesce {
 namespace {
 
-constexpr size_t kAlignment = 64;
 constexpr size_t kMaxNameLength = 128;
 
 bool ValidName(absl::string_view name) {
@@ -25,27 +22,21 @@ bool ValidName(absl::string_view name) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<void>> HostTensorMemory::Allocate(
+absl::StatusOr<std::shared_ptr<void>> BackendTensorMemory::Allocate(
     int64_t bytes) {
-  // aligned_alloc wants a multiple of the alignment.
-  const size_t rounded =
-      (static_cast<size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (p == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("out of host memory allocating ", bytes, " bytes"));
-  }
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return backend_->AllocateResident(bytes);
 }
 
-void HostTensorMemory::CopyIn(void* dst, int64_t offset, const void* src,
-                              int64_t bytes) {
-  std::memcpy(static_cast<char*>(dst) + offset, src, bytes);
+absl::Status BackendTensorMemory::CopyIn(void* dst, int64_t size,
+                                         int64_t offset, const void* src,
+                                         int64_t bytes) {
+  return backend_->CopyToResident(dst, size, offset, src, bytes);
 }
 
-void HostTensorMemory::CopyOut(const void* src, int64_t offset, void* dst,
-                               int64_t bytes) {
-  std::memcpy(dst, static_cast<const char*>(src) + offset, bytes);
+absl::Status BackendTensorMemory::CopyOut(const void* src, int64_t size,
+                                          int64_t offset, void* dst,
+                                          int64_t bytes) {
+  return backend_->CopyFromResident(src, size, offset, dst, bytes);
 }
 
 TensorStore::TensorStore(TensorStoreOptions options, TensorMemory* memory)

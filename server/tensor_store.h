@@ -6,10 +6,12 @@
 // quota and a store-wide cap, both checked before any memory is allocated.
 //
 // The store knows nothing of kernels or devices: tensor bytes come from a
-// TensorMemory, so a backend can keep them in its own memory space.
-// HostTensorMemory (host memory) serves the CPU backend and, today, the CUDA
-// backend too, whose Execute stages host operands through the device; a
-// device-memory TensorMemory for CUDA is the next step (docs/DATAPATH.md).
+// TensorMemory, which the server backs with its backend's resident memory
+// (BackendTensorMemory): host memory on the CPU backend, device memory on
+// the CUDA backend, where an op reads a handle in place and writes an output
+// kept as a handle straight into device memory, with no copy through the
+// host (docs/DATAPATH.md). Only PutTensor and GetTensor copy, chunk by
+// chunk.
 //
 // Thread-safety: TensorStore is thread-safe (one mutex around the index;
 // tensor bytes are copied outside it). A StoredTensor's metadata is
@@ -34,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kernels/core/backend.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/problem.h"
 
@@ -46,24 +49,28 @@ class TensorMemory {
   // bytes of memory (uninitialized), freed when the last reference goes;
   // RESOURCE_EXHAUSTED when none is left.
   virtual absl::StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) = 0;
-  // Copies between host memory and memory from Allocate.
-  virtual void CopyIn(void* dst, int64_t offset, const void* src,
-                      int64_t bytes) = 0;
-  virtual void CopyOut(const void* src, int64_t offset, void* dst,
-                       int64_t bytes) = 0;
-  // Whether kernels given host operands may be pointed at this memory.
-  virtual bool host_addressable() const = 0;
+  // Copies between host memory and [offset, offset + bytes) of an
+  // allocation of size bytes: OUT_OF_RANGE outside it; other errors are the
+  // memory's own (a device fault: INTERNAL).
+  virtual absl::Status CopyIn(void* dst, int64_t size, int64_t offset,
+                              const void* src, int64_t bytes) = 0;
+  virtual absl::Status CopyOut(const void* src, int64_t size, int64_t offset,
+                               void* dst, int64_t bytes) = 0;
 };
 
-// Host memory, 64-byte aligned (a cache line; the CPU kernels' vectors).
-class HostTensorMemory final : public TensorMemory {
+// A backend's resident memory (Backend::AllocateResident and its copies).
+class BackendTensorMemory final : public TensorMemory {
  public:
+  // backend is not owned and must outlive this and every allocation.
+  explicit BackendTensorMemory(Backend* backend) : backend_(backend) {}
   absl::StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) override;
-  void CopyIn(void* dst, int64_t offset, const void* src,
-              int64_t bytes) override;
-  void CopyOut(const void* src, int64_t offset, void* dst,
-               int64_t bytes) override;
-  bool host_addressable() const override { return true; }
+  absl::Status CopyIn(void* dst, int64_t size, int64_t offset, const void* src,
+                      int64_t bytes) override;
+  absl::Status CopyOut(const void* src, int64_t size, int64_t offset, void* dst,
+                       int64_t bytes) override;
+
+ private:
+  Backend* const backend_;
 };
 
 struct StoredTensor {
@@ -72,7 +79,7 @@ struct StoredTensor {
   DType dtype = DType::kFloat32;
   Shape shape;
   int64_t bytes = 0;
-  std::shared_ptr<void> data;  // bytes of TensorMemory
+  std::shared_ptr<void> data;  // bytes of TensorMemory; may be device memory
 };
 
 // What ListTensors reports of one tensor.

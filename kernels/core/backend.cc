@@ -1,11 +1,83 @@
 #include "kernels/core/backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace coalesce {
+
+namespace {
+
+// Host resident memory's alignment: a cache line, enough for the CPU
+// kernels' widest vectors.
+constexpr size_t kHostResidentAlignment = 64;
+
+// [offset, offset + bytes) within [0, size), without overflow.
+absl::Status CheckResidentRange(const char* what, int64_t size, int64_t offset,
+                                int64_t bytes) {
+  if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        what, ": the range offset ", offset, " + ", bytes,
+        " bytes lies outside the resident allocation of ", size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResident(int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resident allocation of ", bytes, " bytes"));
+  }
+  // aligned_alloc wants a multiple of the alignment, and a null result
+  // for 0 bytes would read as out of memory.
+  const size_t rounded = std::max<size_t>(
+      (static_cast<size_t>(bytes) + kHostResidentAlignment - 1) /
+          kHostResidentAlignment * kHostResidentAlignment,
+      kHostResidentAlignment);
+  void* p = std::aligned_alloc(kHostResidentAlignment, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory allocating ", bytes, " bytes"));
+  }
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+absl::Status Backend::CopyToResident(void* resident, int64_t resident_bytes,
+                                     int64_t offset, const void* src,
+                                     int64_t bytes) {
+  const absl::Status range =
+      CheckResidentRange("CopyToResident", resident_bytes, offset, bytes);
+  if (!range.ok() || bytes == 0) return range;
+  return CopyToResidentRange(static_cast<char*>(resident) + offset, src, bytes);
+}
+
+absl::Status Backend::CopyFromResident(const void* resident,
+                                       int64_t resident_bytes, int64_t offset,
+                                       void* dst, int64_t bytes) {
+  const absl::Status range =
+      CheckResidentRange("CopyFromResident", resident_bytes, offset, bytes);
+  if (!range.ok() || bytes == 0) return range;
+  return CopyFromResidentRange(static_cast<const char*>(resident) + offset, dst,
+                               bytes);
+}
+
+absl::Status Backend::CopyToResidentRange(void* dst, const void* src,
+                                          int64_t bytes) {
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+absl::Status Backend::CopyFromResidentRange(const void* src, void* dst,
+                                            int64_t bytes) {
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
 
 int BenchmarkBufferSets(const Problem& p, const BenchmarkOptions& opts,
                         int max_sets) {

@@ -1,8 +1,11 @@
-// A backend runs kernel variants on one device. Execute takes host operands
-// (the bytes of a request) and returns host outputs; a GPU backend stages
-// them through device memory, a CPU backend runs in place. The server knows
-// only this interface, never CUDA. Implementations are thread-safe: the
-// server calls Execute from many request threads at once.
+// A backend runs kernel variants on one device. Execute takes operands in
+// host memory (the bytes of a request) or in the backend's resident memory
+// (tensors kept between requests, from AllocateResident) and writes outputs
+// to either: a GPU backend stages host operands through device memory and
+// uses resident ones in place; a CPU backend's resident memory is host
+// memory and it runs everything in place. The server knows only this
+// interface, never CUDA. Implementations are thread-safe: the server calls
+// Execute and the resident copies from many request threads at once.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +25,10 @@ namespace coalesce {
 // What one Execute measured.
 struct RunResult {
   double kernel_seconds = 0;  // the variant's Run, timed on the device
-  double h2d_seconds = 0;     // staging inputs to the device (0 on CPU)
-  double d2h_seconds = 0;     // copying outputs back (0 on CPU)
+  // Staging host inputs to the device and host outputs back; resident
+  // operands are not staged (0 on CPU).
+  double h2d_seconds = 0;
+  double d2h_seconds = 0;
   LaunchInfo launch;
   // Device counters of the variant's kernels, read by a profiler on the
   // launches that Backend::EnableProfileSampling picks. On a sampled run
@@ -87,11 +92,36 @@ class Backend {
   virtual BackendKind kind() const = 0;
   virtual const DeviceInfo& device() const = 0;
   virtual const VariantRegistry& registry() const = 0;
-  // Runs v on p. host.inputs/outputs follow problem.h's operand order with
-  // the sizes of OperandBytes(p). v must be one of registry()'s variants and
-  // CanImplement(p) must hold.
+  // Runs v on p. operands.inputs/outputs follow problem.h's operand order
+  // with the sizes of OperandBytes(p), each in the memory space its
+  // input_space/output_space names (resident: from AllocateResident). v must
+  // be one of registry()'s variants and CanImplement(p) must hold. When it
+  // returns, resident outputs are written and their writes visible to the
+  // resident copies and to any later Execute.
   virtual absl::Status Execute(const KernelVariant& v, const Problem& p,
-                               const Operands& host, RunResult* result) = 0;
+                               const Operands& operands, RunResult* result) = 0;
+
+  // Resident memory: the backend's own memory space, for tensors that
+  // outlive a request (the server's handles). The default, right for the
+  // CPU backend, is host memory aligned to 64 bytes (a cache line; the CPU
+  // kernels' vectors). bytes of uninitialized memory, freed when the last
+  // reference goes, which must be before the backend is destroyed;
+  // RESOURCE_EXHAUSTED when the space is full, INVALID_ARGUMENT for
+  // bytes < 0.
+  virtual absl::StatusOr<std::shared_ptr<void>> AllocateResident(int64_t bytes);
+  // Whether the host may dereference resident memory (CPU: it is host
+  // memory; CUDA: it is device memory).
+  virtual bool resident_is_host_addressable() const { return true; }
+  // Copies bytes between host memory and [offset, offset + bytes) of a
+  // resident allocation of resident_bytes bytes, in any number of calls of
+  // any size (PutTensor and GetTensor copy a stream's chunks). OUT_OF_RANGE
+  // unless 0 <= offset, 0 <= bytes and offset + bytes <= resident_bytes;
+  // the copy is complete when the call returns. Safe to call concurrently
+  // on disjoint ranges, or with an Execute that only reads the range.
+  absl::Status CopyToResident(void* resident, int64_t resident_bytes,
+                              int64_t offset, const void* src, int64_t bytes);
+  absl::Status CopyFromResident(const void* resident, int64_t resident_bytes,
+                                int64_t offset, void* dst, int64_t bytes);
   // Times v on p on the device. The default runs Execute on host buffers
   // and takes the kernel time it reports (right for the CPU backend).
   virtual absl::StatusOr<BenchmarkResult> Benchmark(
@@ -113,6 +143,15 @@ class Backend {
         absl::StrCat("the ", BackendName(kind()),
                      " backend has no device counters to sample"));
   }
+
+ protected:
+  // The copies, range already checked (dst and src point at the first byte
+  // to copy); the defaults are memcpy, for host-addressable resident
+  // memory.
+  virtual absl::Status CopyToResidentRange(void* dst, const void* src,
+                                           int64_t bytes);
+  virtual absl::Status CopyFromResidentRange(const void* src, void* dst,
+                                             int64_t bytes);
 };
 
 }  // namespace coalesce

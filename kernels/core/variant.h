@@ -6,6 +6,9 @@
 // are stateless after construction and safe to call from many threads.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -14,11 +17,29 @@
 
 namespace coalesce {
 
-// Pointers to operands in the backend's memory space, in the operand order
-// of problem.h; null for absent optional operands.
+// Where an operand handed to Backend::Execute lives: host memory (a
+// request's bytes, a shared-memory mapping) or the backend's resident memory
+// (Backend::AllocateResident: device memory on a GPU backend), which Execute
+// uses in place, with no staging.
+enum class MemorySpace : uint8_t { kHost, kResident };
+
+// Pointers to operands, in the operand order of problem.h; null for absent
+// optional operands. A variant's Run gets them in the backend's memory
+// space. Backend::Execute gets them where the caller has them: the spaces
+// say where (an empty or shorter vector means host memory); variants ignore
+// the spaces.
 struct Operands {
   absl::InlinedVector<const void*, 6> inputs;
   absl::InlinedVector<void*, 2> outputs;
+  absl::InlinedVector<MemorySpace, 6> input_spaces;
+  absl::InlinedVector<MemorySpace, 2> output_spaces;
+
+  MemorySpace input_space(size_t i) const {
+    return i < input_spaces.size() ? input_spaces[i] : MemorySpace::kHost;
+  }
+  MemorySpace output_space(size_t i) const {
+    return i < output_spaces.size() ? output_spaces[i] : MemorySpace::kHost;
+  }
 };
 
 // What a GPU variant reports about the launch it made (the largest one, when

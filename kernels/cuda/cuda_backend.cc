@@ -77,6 +77,10 @@ class CudaBackend final : public Backend {
       }
       if (l.stream) cudaStreamDestroy(l.stream);
     }
+    if (resident_stream_) {
+      cudaStreamSynchronize(resident_stream_);
+      cudaStreamDestroy(resident_stream_);
+    }
   }
 
   absl::Status Init() {
@@ -88,6 +92,8 @@ class CudaBackend final : public Backend {
     uint64_t threshold = UINT64_MAX;
     COALESCE_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(
         pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    COALESCE_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&resident_stream_, cudaStreamNonBlocking));
     lanes_.resize(kLanes);
     for (Lane& l : lanes_) {
       COALESCE_CUDA_RETURN_IF_ERROR(
@@ -177,14 +183,56 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status Execute(const KernelVariant& v, const Problem& p,
-                       const Operands& host, RunResult* result) override {
+                       const Operands& operands, RunResult* result) override {
     COALESCE_RETURN_IF_ERROR(Health());
     COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
     Lane* lane = AcquireLane();
-    absl::Status s = ExecuteOnLane(*lane, v, p, host, result);
+    absl::Status s = ExecuteOnLane(*lane, v, p, operands, result);
+    // A failed call may leave work queued that writes resident outputs,
+    // which the caller frees (on another stream) once this returns.
+    if (!s.ok()) cudaStreamSynchronize(lane->stream);
     ReleaseLane(lane);
     return Track(s);
   }
+
+  // Resident memory is device memory from the pool that requests use,
+  // allocated and freed on a stream of its own (resident_stream_). The
+  // allocation is synchronized before it is handed out, so the lanes'
+  // streams may use it without an event; its free is enqueued after every
+  // use has completed (Execute and the copies synchronize before they
+  // return, and the store drops a tensor only after its users are done).
+  absl::StatusOr<std::shared_ptr<void>> AllocateResident(
+      int64_t bytes) override {
+    if (bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resident allocation of ", bytes, " bytes"));
+    }
+    COALESCE_RETURN_IF_ERROR(Health());
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
+    void* q = nullptr;
+    // A 0-byte tensor still gets a distinct, freeable pointer.
+    const absl::Status allocated = [&]() -> absl::Status {
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaMallocAsync(&q, static_cast<size_t>(std::max<int64_t>(bytes, 1)),
+                          resident_stream_));
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(resident_stream_));
+      return absl::OkStatus();
+    }();
+    if (!allocated.ok()) {
+      if (q != nullptr) cudaFreeAsync(q, resident_stream_);
+      return Track(allocated);
+    }
+    const int ordinal = device_.ordinal;
+    cudaStream_t stream = resident_stream_;
+    return std::shared_ptr<void>(q, [ordinal, stream](void* r) {
+      // The last reference may go on any thread, whose current device may
+      // be another; a failure here has no caller to report to and is left
+      // to the next call's error check (Track, Health).
+      cudaSetDevice(ordinal);
+      cudaFreeAsync(r, stream);
+    });
+  }
+  bool resident_is_host_addressable() const override { return false; }
 
   absl::StatusOr<BenchmarkResult> Benchmark(
       const KernelVariant& v, const Problem& p,
@@ -204,6 +252,37 @@ class CudaBackend final : public Backend {
     ReleaseLane(lane);
     if (!r.ok()) return Track(r.status());
     return r;
+  }
+
+ protected:
+  // Host <-> resident through a lane's pinned staging buffers, as Execute
+  // stages host operands; synchronized, so that the bytes are in place for
+  // whichever lane reads them next.
+  absl::Status CopyToResidentRange(void* dst, const void* src,
+                                   int64_t bytes) override {
+    COALESCE_RETURN_IF_ERROR(Health());
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
+    Lane* lane = AcquireLane();
+    absl::Status s = StageIn(*lane, dst, src, static_cast<size_t>(bytes));
+    const absl::Status synced =
+        cuda::CudaStatus(cudaStreamSynchronize(lane->stream),
+                         "cudaStreamSynchronize", __FILE__, __LINE__);
+    if (s.ok()) s = synced;
+    ReleaseLane(lane);
+    return Track(s);
+  }
+  absl::Status CopyFromResidentRange(const void* src, void* dst,
+                                     int64_t bytes) override {
+    COALESCE_RETURN_IF_ERROR(Health());
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
+    Lane* lane = AcquireLane();
+    // StageOut waits for its last chunk before it returns, unless it fails
+    // before: then nothing may stay queued on the lane for its next user.
+    const absl::Status s =
+        StageOut(*lane, dst, src, static_cast<size_t>(bytes));
+    if (!s.ok()) cudaStreamSynchronize(lane->stream);
+    ReleaseLane(lane);
+    return Track(s);
   }
 
  private:
@@ -298,21 +377,32 @@ class CudaBackend final : public Backend {
     }
   };
 
+  // Host operands are staged through pooled device buffers; resident ones
+  // (device memory from AllocateResident) are used in place, so the h2d and
+  // d2h times count only the host operands.
   absl::Status ExecuteOnLane(Lane& l, const KernelVariant& v, const Problem& p,
-                             const Operands& host, RunResult* result) {
+                             const Operands& operands, RunResult* result) {
     const OperandSizes sizes = OperandBytes(p);
     DeviceBuffers bufs{l.stream, {}};
     Operands dev;
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.h2d_start, l.stream));
     for (size_t i = 0; i < sizes.inputs.size(); ++i) {
+      if (operands.input_space(i) == MemorySpace::kResident) {
+        dev.inputs.push_back(operands.inputs[i]);
+        continue;
+      }
       COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(sizes.inputs[i]));
       if (d != nullptr) {
         COALESCE_RETURN_IF_ERROR(
-            StageIn(l, d, host.inputs[i], sizes.inputs[i]));
+            StageIn(l, d, operands.inputs[i], sizes.inputs[i]));
       }
       dev.inputs.push_back(d);
     }
     for (size_t i = 0; i < sizes.outputs.size(); ++i) {
+      if (operands.output_space(i) == MemorySpace::kResident) {
+        dev.outputs.push_back(operands.outputs[i]);
+        continue;
+      }
       COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(sizes.outputs[i]));
       dev.outputs.push_back(d);
     }
@@ -326,9 +416,10 @@ class CudaBackend final : public Backend {
         RunVariant(l, v, p, dev, ctx, &counters, &sample_error));
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_stop, l.stream));
     for (size_t i = 0; i < sizes.outputs.size(); ++i) {
-      if (sizes.outputs[i] > 0) {
+      if (sizes.outputs[i] > 0 &&
+          operands.output_space(i) == MemorySpace::kHost) {
         COALESCE_RETURN_IF_ERROR(
-            StageOut(l, host.outputs[i], dev.outputs[i], sizes.outputs[i]));
+            StageOut(l, operands.outputs[i], dev.outputs[i], sizes.outputs[i]));
       }
     }
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.d2h_stop, l.stream));
@@ -502,6 +593,8 @@ class CudaBackend final : public Backend {
   DeviceInfo device_;
   std::vector<DeviceInfo> others_;
   VariantRegistry registry_;
+  // Allocates and frees resident memory (AllocateResident).
+  cudaStream_t resident_stream_ = nullptr;
   std::vector<Lane> lanes_;
   std::mutex lanes_mu_;
   std::condition_variable lanes_cv_;

@@ -1,0 +1,37 @@
+// Helpers shared by the data-plane tests (data_plane_test.cc on the CPU
+// backend and fakes, gpu_data_plane_test.cc on a GPU): seeded float32
+// payloads and the transpose they are checked against. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+
+namespace coalesce {
+
+// n float32 values uniform in [-1, 1], as raw little-endian bytes.
+inline std::string RandomFloats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::string out(n * 4, '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = dist(rng);
+    std::memcpy(&out[i * 4], &v, 4);
+  }
+  return out;
+}
+
+// The [cols, rows] transpose of the float32 matrix `in` of [rows, cols].
+inline std::string TransposeReference(const std::string& in, int64_t rows,
+                                      int64_t cols) {
+  std::string out(in.size(), '\0');
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      std::memcpy(&out[(c * rows + r) * 4], &in[(r * cols + c) * 4], 4);
+    }
+  }
+  return out;
+}
+
+}  // namespace coalesce
