@@ -48,6 +48,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/client.h"
 
 ABSL_FLAG(std::string, server, "localhost:50051",
@@ -65,6 +67,8 @@ ABSL_FLAG(double, duration_s, 5, "service mode: timed seconds per phase");
 ABSL_FLAG(int64_t, count, 0,
           "service mode: timed requests per phase (overrides --duration_s)");
 ABSL_FLAG(double, warmup_s, 0.5, "service mode: untimed seconds per phase");
+ABSL_FLAG(double, ready_timeout_s, 60,
+          "service mode: how long to wait for the server to serve");
 ABSL_DECLARE_FLAG(std::string, json);
 ABSL_DECLARE_FLAG(std::string, shape);
 
@@ -468,6 +472,39 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag,
 
 }  // namespace
 
+// Waits until the server answers health checks with SERVING (a server
+// still starting, e.g. measuring its copy peak, would turn the first
+// phase's requests into UNAVAILABLE errors and understate the Echo floor
+// that every ratio divides by). False after --ready_timeout_s.
+bool WaitUntilServing() {
+  ClientOptions options;
+  options.server = absl::GetFlag(FLAGS_server);
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_ready_timeout_s));
+  std::string last = "no answer";
+  for (bool first = true;; first = false) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    if (client.ok()) {
+      absl::StatusOr<std::string> health = (*client)->Health();
+      if (health.ok() && *health == "SERVING") return true;
+      last = health.ok() ? *health : health.status().ToString();
+    } else {
+      last = client.status().ToString();
+    }
+    if (absl::Now() > deadline) {
+      std::fprintf(stderr, "error: %s not serving after %.0f s: %s\n",
+                   options.server.c_str(), absl::GetFlag(FLAGS_ready_timeout_s),
+                   last.c_str());
+      return false;
+    }
+    if (first) {
+      std::fprintf(stderr, "waiting for %s to serve...\n",
+                   options.server.c_str());
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
 int RunServiceBench() {
   absl::StatusOr<std::vector<int64_t>> sizes =
       ParseList("bytes", absl::GetFlag(FLAGS_bytes));
@@ -495,6 +532,7 @@ int RunServiceBench() {
   const std::vector<std::string> transports =
       absl::StrSplit(absl::GetFlag(FLAGS_transport), ',', absl::SkipEmpty());
 
+  if (!WaitUntilServing()) return 1;
   std::vector<PhaseResult> results;
   int failures = 0;
   const size_t cases = std::max(sizes->size(), concurrencies->size());
