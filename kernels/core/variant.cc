@@ -5,9 +5,8 @@
 namespace coalesce {
 
 namespace {
-// Fixed per-call cost that dominates tiny problems: a kernel launch on a GPU
-// (about 3 us end to end on the H200), a thread-team start on the CPU.
-constexpr double kGpuLaunchSeconds = 3e-6;
+// Fixed per-call cost that dominates tiny problems on the CPU: a thread-team
+// start.
 constexpr double kCpuCallSeconds = 2e-6;
 }  // namespace
 

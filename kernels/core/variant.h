@@ -79,6 +79,11 @@ double RooflineFlops(const Problem& p, const DeviceInfo& dev);
 double TileUtilization(int64_t rows, int64_t cols, int64_t tile_rows,
                        int64_t tile_cols);
 
+// Fixed per-call cost that dominates tiny problems on a GPU: a kernel
+// launch, about 3 us end to end on the H200 (graph-replayed kernels of a few
+// KB took 3.3-4.8 us in the selection sweep).
+inline constexpr double kGpuLaunchSeconds = 3e-6;
+
 class KernelVariant {
  public:
   virtual ~KernelVariant() = default;
@@ -92,7 +97,8 @@ class KernelVariant {
   virtual absl::Status CanImplement(const Problem& p,
                                     const DeviceInfo& dev) const = 0;
   // Estimated seconds for this problem (lower is better); the default is a
-  // roofline estimate scaled by Efficiency.
+  // roofline estimate scaled by Efficiency, plus a fixed per-call cost
+  // (kGpuLaunchSeconds on a GPU).
   virtual double EstimateSeconds(const Problem& p, const DeviceInfo& dev) const;
   virtual absl::Status Run(const Problem& p, const Operands& ops,
                            ExecContext& ctx) const = 0;

@@ -1,5 +1,6 @@
 #include "kernels/cuda/gemm_common.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -102,6 +103,24 @@ double SimtEfficiency(const GemmProblem& p, const DeviceInfo& dev,
     return fraction_of_fp32_peak * dev.peak_fp32_flops / dev.peak_tensor_flops;
   }
   return fraction_of_fp32_peak;
+}
+
+double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
+                       double efficiency, double extra_seconds,
+                       double seconds_per_k) {
+  constexpr double kMemoryEfficiency = 0.5;
+  const Problem problem = p;
+  const double peak = RooflineFlops(problem, dev);
+  const double bandwidth = RooflineBandwidth(dev);
+  const double t_math =
+      peak > 0 ? Flops(problem) / (peak * std::clamp(efficiency, 1e-3, 1.0))
+               : 0;
+  const double t_mem = bandwidth > 0
+                           ? static_cast<double>(MinBytesMoved(problem)) /
+                                 (bandwidth * kMemoryEfficiency)
+                           : 0;
+  const double t_k = static_cast<double>(p.k) * seconds_per_k;
+  return kGpuLaunchSeconds + extra_seconds + std::max({t_math, t_mem, t_k});
 }
 
 double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak) {

@@ -178,7 +178,8 @@ absl::Status DispatchGemmDType(DType dt, F&& f) {
 // A SIMT GEMM variant whose only moving part is its kernel: one launch per
 // batch chunk of Traits::kTile x Traits::kTile output tiles on a block of
 // kTile x kBlockRows threads. Traits provides kName, kDescription, kTile,
-// kBlockRows, kEfficiency and `template <typename T> static constexpr auto
+// kBlockRows, kEfficiency, kExtraSeconds and kSecondsPerK
+// (SimtGemmSeconds), and `template <typename T> static constexpr auto
 // kKernel` (the __global__ function for element type T, taking the chunk's
 // GemmParams and the two transpose flags). gemm.cuda.naive and
 // gemm.cuda.smem_tiled are two of these.
@@ -198,6 +199,11 @@ class SimtGemmVariant final
   }
   double Efficiency(const Problem& p, const DeviceInfo& dev) const override {
     return SimtEfficiency(std::get<GemmProblem>(p), dev, Traits::kEfficiency);
+  }
+  double EstimateSeconds(const Problem& p,
+                         const DeviceInfo& dev) const override {
+    return SimtGemmSeconds(std::get<GemmProblem>(p), dev, Efficiency(p, dev),
+                           Traits::kExtraSeconds, Traits::kSecondsPerK);
   }
   absl::Status RunTyped(const GemmProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {

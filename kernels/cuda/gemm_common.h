@@ -63,4 +63,21 @@ double SimtEfficiency(const GemmProblem& p, const DeviceInfo& dev,
 // half the 16-bit rate on Ampere and Hopper, so float32 halves it.
 double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak);
 
+// A SIMT variant's estimate: a launch, plus extra_seconds (what its launch
+// costs beyond the plainest kernel's: block size, set-up), plus the largest
+// of three bounds: the FLOPs at `efficiency` of the peak EstimateSeconds
+// uses (Efficiency), the minimum bytes at half the copy peak (their
+// efficiency describes arithmetic; applied to the bytes too, as the
+// default estimate does, naive's 0.02 made a 256 KB GEMM cost 3 us more
+// than it measured), and the latency of the K loop, K steps of
+// seconds_per_k: every thread walks all of K in order, so with few outputs
+// that latency sets the time. From the H200 selection sweep (deploy/tuning/
+// nvidia-h200.txt): naive took 60-235 us and reg_tiled 210-824 us for
+// M x N of a few hundred and K of 2048-16383, where cuBLASLt (split-K) took
+// 6-13 us; GEMMs of a few KFLOP took 3.5-4.5 us in naive, 5.0-5.4 in
+// smem_tiled and 5.2-6.3 in reg_tiled.
+double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
+                       double efficiency, double extra_seconds,
+                       double seconds_per_k);
+
 }  // namespace coalesce::cuda

@@ -44,9 +44,15 @@ namespace {
 constexpr char kName[] = "gemm.cuda.cublaslt";
 // The workspace cuBLAS documents as enough for every Hopper kernel.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-// Lead until measured on the H200: cuBLASLt's fraction of the peak that
-// EstimateSeconds divides by (fp32 SIMT, or the 16-bit tensor peak).
-constexpr double kEfficiency = 0.9;
+// cuBLASLt's fraction of the peak that EstimateSeconds divides by (fp32
+// SIMT, or the 16-bit tensor peak): at 4096^3 on the H200 (bench/results/h200/gemm-4096.txt)
+// 51.3 of 66.9 TFLOP/s in float32, 789 and 753 of 1070 in bfloat16 and
+// float16.
+constexpr double kEfficiency = 0.72;
+// What a call costs beyond a plain kernel launch, from the H200 sweep:
+// GEMMs of a few MFLOP with K under 128 ran 6-7.5 us in cuBLASLt against
+// 4-6 us in gemm.cuda.naive (graph-replayed, so no host overhead included).
+constexpr double kCallSeconds = 2e-6;
 
 absl::Status LtStatus(cublasStatus_t s, const char* expr) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -239,6 +245,10 @@ class GemmCublasLtVariant final
     const GemmProblem& g = std::get<GemmProblem>(p);
     if (g.dtype == DType::kFloat32 && !g.allow_tf32) return kEfficiency;
     return TensorEfficiency(g, kEfficiency);
+  }
+  double EstimateSeconds(const Problem& p,
+                         const DeviceInfo& dev) const override {
+    return KernelVariant::EstimateSeconds(p, dev) + kCallSeconds;
   }
 
   absl::Status RunTyped(const GemmProblem& p, const Operands& ops,

@@ -16,8 +16,14 @@ constexpr char kName[] = "gemm.cuda.naive";
 // 16x16 threads: threadIdx.x runs along n, so B's rows (not transposed) and
 // D's rows are read and written coalesced.
 constexpr int kTile = 16;
-// Lead until measured on the H200: a fraction of the fp32 peak.
-constexpr double kEfficiency = 0.02;
+// A fraction of the fp32 peak (66.9 TFLOP/s at 1980 MHz): 5.49 TFLOP/s at
+// 4096^3 on the H200 (bench/results/h200/gemm-4096.txt).
+constexpr double kEfficiency = 0.08;
+// One step of the K loop (two loads, one FMA) per thread, from the H200
+// sweep: 25.6-84.6 us for K of 1024-8191 with M x N of a few hundred,
+// 12-25 ns per step; the plainest launch, so no extra (SimtGemmSeconds).
+constexpr double kSecondsPerK = 20e-9;
+constexpr double kExtraSeconds = 0;
 
 template <typename T>
 __global__ void __launch_bounds__(kTile* kTile)
@@ -45,6 +51,8 @@ struct Traits {
   static constexpr int kTile = ::coalesce::cuda::kTile;
   static constexpr int kBlockRows = kTile;
   static constexpr double kEfficiency = ::coalesce::cuda::kEfficiency;
+  static constexpr double kSecondsPerK = ::coalesce::cuda::kSecondsPerK;
+  static constexpr double kExtraSeconds = ::coalesce::cuda::kExtraSeconds;
   template <typename T>
   static constexpr auto kKernel = &GemmNaiveKernel<T>;
 };

@@ -42,8 +42,14 @@ constexpr int kBN = 128;
 constexpr int kBK = 8;
 constexpr int kThreads = 256;
 constexpr int kPad = 4;
-// Lead until measured on the H200: a fraction of the fp32 peak.
-constexpr double kEfficiency = 0.7;
+// A fraction of the fp32 peak (66.9 TFLOP/s at 1980 MHz): 40.5 TFLOP/s at
+// 4096^3 on the H200 (bench/results/h200/gemm-4096.txt).
+constexpr double kEfficiency = 0.6;
+// Per element of K, from the H200 sweep: 113-824 us for K of 1024-16383
+// with M x N of a few hundred, 43-110 ns; GEMMs of a few KFLOP 1.5-2 us
+// above naive (SimtGemmSeconds).
+constexpr double kSecondsPerK = 70e-9;
+constexpr double kExtraSeconds = 1.5e-6;
 
 // One thread's share of a k-tile of one operand: four consecutive elements
 // along the operand's contiguous dimension.
@@ -303,6 +309,11 @@ class GemmRegTiledVariant final
   }
   double Efficiency(const Problem& p, const DeviceInfo& dev) const override {
     return SimtEfficiency(std::get<GemmProblem>(p), dev, kEfficiency);
+  }
+  double EstimateSeconds(const Problem& p,
+                         const DeviceInfo& dev) const override {
+    return SimtGemmSeconds(std::get<GemmProblem>(p), dev, Efficiency(p, dev),
+                           kExtraSeconds, kSecondsPerK);
   }
   absl::Status RunTyped(const GemmProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {

@@ -23,8 +23,15 @@ constexpr char kName[] = "gemm.cuda.smem_tiled";
 constexpr int kTile = 32;
 constexpr int kRows = 8;  // threadIdx.y; each thread covers kTile/kRows rows
 constexpr int kPerThread = kTile / kRows;
-// Lead until measured on the H200: a fraction of the fp32 peak.
-constexpr double kEfficiency = 0.1;
+// A fraction of the fp32 peak (66.9 TFLOP/s at 1980 MHz): 10.8 TFLOP/s at
+// 4096^3 on the H200 (bench/results/h200/gemm-4096.txt).
+constexpr double kEfficiency = 0.16;
+// Per element of K (a 32-wide tile: two loads, a barrier, 32 FMAs per
+// output), from the H200 sweep: 59.9-377 us for K of 1024-16383 with
+// M x N of a few hundred, 26-62 ns; GEMMs of a few KFLOP about 1 us above
+// naive (SimtGemmSeconds).
+constexpr double kSecondsPerK = 40e-9;
+constexpr double kExtraSeconds = 1e-6;
 
 template <typename T>
 __global__ void __launch_bounds__(kTile* kRows)
@@ -92,6 +99,8 @@ struct Traits {
   static constexpr int kTile = ::coalesce::cuda::kTile;
   static constexpr int kBlockRows = kRows;
   static constexpr double kEfficiency = ::coalesce::cuda::kEfficiency;
+  static constexpr double kSecondsPerK = ::coalesce::cuda::kSecondsPerK;
+  static constexpr double kExtraSeconds = ::coalesce::cuda::kExtraSeconds;
   template <typename T>
   static constexpr auto kKernel = &GemmSmemTiledKernel<T>;
 };
