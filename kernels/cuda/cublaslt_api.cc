@@ -1,11 +1,11 @@
 #include "kernels/cuda/cublaslt_api.h"
 
-#include <dlfcn.h>
-
 #include <string>
 
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/cuda/dynamic_library.h"
 
 namespace coalesce::cuda {
 namespace {
@@ -19,23 +19,15 @@ Loaded& Load() {
   static absl::once_flag once;
   static Loaded* loaded = new Loaded();
   absl::call_once(once, [] {
-    void* lib = nullptr;
-    std::string errors;
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so"}) {
-      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (lib != nullptr) break;
-      absl::StrAppend(&errors, errors.empty() ? "" : "; ", dlerror());
-    }
-    if (lib == nullptr) {
-      loaded->status = absl::UnimplementedError(
-          absl::StrCat("cuBLASLt is not available: ", errors));
+    absl::StatusOr<void*> lib =
+        OpenFirstLibrary("cuBLASLt", {"libcublasLt.so.13", "libcublasLt.so"});
+    if (!lib.ok()) {
+      loaded->status = lib.status();
       return;
     }
-    std::string missing;
-    auto bind = [&](auto& fn, const char* symbol) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-          dlsym(lib, symbol));
-      if (fn == nullptr) absl::StrAppend(&missing, " ", symbol);
+    SymbolBinder binder(*lib);
+    auto bind = [&binder](auto& fn, const char* symbol) {
+      binder.Bind(fn, symbol);
     };
     CublasLt& a = loaded->api;
     bind(a.Create, "cublasLtCreate");
@@ -54,9 +46,9 @@ Loaded& Load() {
     bind(a.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
     bind(a.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
     bind(a.MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
-    if (!missing.empty()) {
-      loaded->status =
-          absl::UnimplementedError(absl::StrCat("cuBLASLt lacks:", missing));
+    if (!binder.missing().empty()) {
+      loaded->status = absl::UnimplementedError(absl::StrCat(
+          "cuBLASLt lacks: ", absl::StrJoin(binder.missing(), ", ")));
     }
   });
   return *loaded;

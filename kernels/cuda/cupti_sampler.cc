@@ -14,7 +14,6 @@
 #include <cupti_result.h>
 #include <cupti_target.h>
 #include <cupti_version.h>
-#include <dlfcn.h>
 
 #include <array>
 #include <iterator>
@@ -25,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/core/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dynamic_library.h"
 #endif
 
 namespace coalesce::cuda {
@@ -79,7 +79,7 @@ std::string CuptiSoname() {
 
 }  // namespace
 
-// The entry points used, bound with dlsym.
+// The entry points used, bound with dlsym (SymbolBinder).
 struct CuptiApi {
   decltype(&::cuptiGetResultString) cuptiGetResultString;
   decltype(&::cuptiProfilerInitialize) cuptiProfilerInitialize;
@@ -128,24 +128,15 @@ const LoadedApi& LoadApi() {
 #ifdef COALESCE_CUPTI_LIBRARY
     names.push_back(COALESCE_CUPTI_LIBRARY);
 #endif
-    void* lib = nullptr;
-    std::string errors;
-    for (const std::string& name : names) {
-      lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (lib != nullptr) break;
-      absl::StrAppend(&errors, errors.empty() ? "" : "; ", dlerror());
-    }
-    if (lib == nullptr) {
-      loaded->status = absl::UnimplementedError(
-          absl::StrCat("CUPTI is not available: ", errors));
+    absl::StatusOr<void*> lib = OpenFirstLibrary("CUPTI", names);
+    if (!lib.ok()) {
+      loaded->status = lib.status();
       return;
     }
     auto* api = new CuptiApi();
-    std::vector<std::string> missing;
-    auto bind = [&](auto& fn, const char* symbol) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-          dlsym(lib, symbol));
-      if (fn == nullptr) missing.push_back(symbol);
+    SymbolBinder binder(*lib);
+    auto bind = [&binder](auto& fn, const char* symbol) {
+      binder.Bind(fn, symbol);
     };
     bind(api->cuptiGetResultString, "cuptiGetResultString");
     bind(api->cuptiProfilerInitialize, "cuptiProfilerInitialize");
@@ -176,11 +167,11 @@ const LoadedApi& LoadApi() {
     bind(api->cuptiRangeProfilerDecodeData, "cuptiRangeProfilerDecodeData");
     bind(api->cuptiRangeProfilerGetCounterDataInfo,
          "cuptiRangeProfilerGetCounterDataInfo");
-    if (!missing.empty()) {
+    if (!binder.missing().empty()) {
       // An older CUPTI, before the range profiler (CUDA 12.6).
       loaded->status = absl::UnimplementedError(
           absl::StrCat("the loaded CUPTI lacks the range profiler: ",
-                       absl::StrJoin(missing, ", ")));
+                       absl::StrJoin(binder.missing(), ", ")));
       delete api;
       return;
     }
