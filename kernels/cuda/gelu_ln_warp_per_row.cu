@@ -38,11 +38,14 @@ constexpr int kThreads = 32 * kWarpsPerBlock;
 // 0.45-0.51 in 16-bit types for 8192-16384 rows of 768 and 1024.
 constexpr double kVectorEfficiency = 0.8;
 constexpr double kScalarEfficiency = 0.6;
-// With fewer rows than kRowsPerSm per SM, the H200 sweep
-// (bench/results/h200/selection-sweep: 12x517, 64x1024, 109x932, 192x731)
-// ran block_per_row 1.5-1.6x faster: a warp then works through 8x the
-// elements a block's thread does, and there are too few warps to hide it.
+// With fewer rows than kRowsPerSm per SM and rows of kFewRowsMinHidden or
+// more, the H200 sweep (bench/results/h200/selection-sweep: 12x517,
+// 64x1024, 109x932, 192x731) ran block_per_row 1.5-1.6x faster: a warp then
+// works through 8x the elements a block's thread does, and there are too
+// few warps to hide it. Rows of a few dozen elements stay faster here
+// (the shipped table: 3.8 against 4.3 us at 96 rows of 13).
 constexpr int64_t kRowsPerSm = 4;
+constexpr int64_t kFewRowsMinHidden = 256;
 constexpr double kFewRowsFactor = 0.5;
 
 template <typename Io, int kVecs, bool kVector, bool kTanh>
@@ -116,7 +119,9 @@ class GeluLnWarpPerRowVariant final
         p.hidden * static_cast<int64_t>(ElementSize(p.dtype)) % 16 == 0
             ? kVectorEfficiency
             : kScalarEfficiency;
-    return p.rows < kRowsPerSm * dev.multiprocessors ? e * kFewRowsFactor : e;
+    const bool few_long_rows = p.rows < kRowsPerSm * dev.multiprocessors &&
+                               p.hidden >= kFewRowsMinHidden;
+    return few_long_rows ? e * kFewRowsFactor : e;
   }
   absl::Status RunTyped(const GeluLnProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {
