@@ -21,7 +21,11 @@ WORKDIR /src
 COPY scripts/install-deps.sh scripts/
 RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN BUILD_DIR=/build TARGETS="coalesce-server coalesce-cli" scripts/build.sh
+# The commit being built (.git is not in the context):
+#   docker build --build-arg GIT_SHA=$(git rev-parse --short HEAD) ...
+ARG GIT_SHA=unknown
+RUN COALESCE_GIT_SHA="${GIT_SHA}" BUILD_DIR=/build \
+      TARGETS="coalesce-server coalesce-cli" scripts/build.sh
 # The package of every shared library the two binaries load.
 RUN ldd /build/server/coalesce-server /build/client/coalesce \
       | awk '/=> \// {print $3}' | sort -u \
