@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -317,6 +318,47 @@ absl::Status DecodeOptions(const v1::ExecutionOptions& options, int num_outputs,
 // output pointer per output (null but for shared-memory outputs, resolved
 // here), the inputs' memory spaces and the references the operands need
 // kept alive.
+// An output in shared memory may not share a byte with an input or with
+// another output: kernels read their inputs while they write, so an alias
+// gives a silently wrong result. Only shared-memory outputs have bytes at
+// this point (inline and handle outputs are allocated later, distinct).
+absl::Status CheckNoOutputAlias(const DecodedRequest& d) {
+  auto range = [](const void* p, int64_t n) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    return std::make_pair(a, a + static_cast<uintptr_t>(n));
+  };
+  for (size_t i = 0; i < d.output_targets.size(); ++i) {
+    const void* out = d.operands.outputs[i];
+    if (out == nullptr || d.sizes.outputs[i] <= 0) continue;
+    const auto [lo, hi] = range(out, d.sizes.outputs[i]);
+    auto overlaps = [lo = lo, hi = hi, &range](const void* p, int64_t n) {
+      if (p == nullptr || n <= 0) return false;
+      const auto [a, b] = range(p, n);
+      return a < hi && lo < b;
+    };
+    std::string other;
+    for (size_t j = 0; j < d.operands.inputs.size() && other.empty(); ++j) {
+      if (overlaps(d.operands.inputs[j], d.sizes.inputs[j])) {
+        other = absl::StrCat("input operand ", j);
+      }
+    }
+    for (size_t j = 0; j < i && other.empty(); ++j) {
+      if (overlaps(d.operands.outputs[j], d.sizes.outputs[j])) {
+        other = absl::StrCat("output ", j);
+      }
+    }
+    if (!other.empty()) {
+      const v1::SharedMemoryRef& ref = d.output_targets[i].shared_memory;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.outputs[", i, "].shared_memory: bytes ", ref.offset(),
+          " to ", ref.offset() + ref.byte_size(), " of region '", ref.region(),
+          "' overlap ", other,
+          "; an output may not alias what the kernel reads or writes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
   d->sizes = OperandBytes(d->problem);
   d->operands.outputs.assign(d->sizes.outputs.size(), nullptr);
@@ -342,6 +384,7 @@ absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
     target.shared_memory.set_byte_size(static_cast<uint64_t>(bytes));
     d->operands.outputs[i] = data;
   }
+  COALESCE_RETURN_IF_ERROR(CheckNoOutputAlias(*d));
   // Stored tensors are distinct allocations of at least one byte, so a
   // pointer into one is never also a request's or a mapping's.
   d->operands.input_spaces.assign(d->operands.inputs.size(),

@@ -263,6 +263,15 @@ TEST_F(DataPlaneTest, SharedMemoryRegisterUseUnregister) {
   EXPECT_EQ(std::string(shm.data() + 4096, bytes),
             TransposeReference(in, rows, cols));
 
+  // An output overlapping the input in the same region: refused, naming the
+  // output's field, and the input bytes are left as they were.
+  absl::Status alias =
+      client_->Transpose(ShmTranspose("r", rows, cols, bytes / 2)).status();
+  EXPECT_EQ(alias.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(alias.message(), HasSubstr("options.outputs[0].shared_memory"));
+  EXPECT_THAT(alias.message(), HasSubstr("overlap input operand 0"));
+  EXPECT_EQ(std::string(shm.data(), bytes), in);
+
   ASSERT_TRUE(client_->UnregisterSharedMemory("r").ok());
   absl::Status gone =
       client_->Transpose(ShmTranspose("r", rows, cols, 4096)).status();
