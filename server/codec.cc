@@ -94,6 +94,7 @@ struct InputTensor {
 struct Resolved {
   // Held until the request is done (DecodedRequest::keep_alive).
   std::vector<std::shared_ptr<const void>> keep_alive;
+  std::vector<std::shared_ptr<const SharedMemoryRegion>> shared_memory;
   // Input pointers into stored tensors: the backend's resident memory,
   // which the host may not be able to read (device memory).
   std::vector<const void*> resident;
@@ -151,6 +152,7 @@ absl::StatusOr<char*> ResolveSharedMemory(const v1::SharedMemoryRef& ref,
                         absl::StrCat(field, ": ", alive.message()));
   }
   char* data = (*region)->data() + ref.offset();
+  o.resolved->shared_memory.push_back(*region);
   o.resolved->keep_alive.push_back(std::move(*region));
   return data;
 }
@@ -397,6 +399,7 @@ absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
     }
   }
   d->keep_alive = std::move(o.resolved->keep_alive);
+  d->shared_memory = std::move(o.resolved->shared_memory);
   return absl::OkStatus();
 }
 

@@ -31,6 +31,7 @@
 namespace coalesce {
 
 class TensorStore;
+class SharedMemoryRegion;
 class SharedMemoryRegistry;
 
 // Where handles and shared-memory references are looked up; a null member
@@ -68,6 +69,9 @@ struct DecodedRequest {
   // Stored tensors and shared-memory regions the operand pointers point
   // into, held until the request is done.
   std::vector<std::shared_ptr<const void>> keep_alive;
+  // The shared-memory regions among them, checked again after the kernel
+  // (SharedMemoryRegion::CheckAlive: a client may shrink one meanwhile).
+  std::vector<std::shared_ptr<const SharedMemoryRegion>> shared_memory;
 };
 
 // A validated PutTensor header.

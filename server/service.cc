@@ -288,6 +288,14 @@ absl::Status TensorOpsService::Run(Call& call,
     PublishHealth();
     return status;
   }
+  // A region its client shrank during the kernel read zeros for the lost
+  // pages (mapping_guard.h): the result is not the op's.
+  for (const auto& region : d.shared_memory) {
+    if (absl::Status alive = region->CheckAlive(); !alive.ok()) {
+      abandon();
+      return alive;
+    }
+  }
   for (const std::string& handle : created) {
     COALESCE_RETURN_IF_ERROR(tensors_->Commit(handle));
   }

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/mapping_guard.h"
 
 namespace coalesce {
 
@@ -23,14 +24,22 @@ SharedMemoryRegion::SharedMemoryRegion(std::string name, std::string key,
       byte_size_(byte_size),
       fd_(fd),
       mapping_(mapping),
-      mapping_bytes_(mapping_bytes) {}
+      mapping_bytes_(mapping_bytes),
+      guard_slot_(GuardMapping(mapping, mapping_bytes)) {}
 
 SharedMemoryRegion::~SharedMemoryRegion() {
+  UnguardMapping(guard_slot_);
   munmap(mapping_, mapping_bytes_);
   close(fd_);
 }
 
 absl::Status SharedMemoryRegion::CheckAlive() const {
+  if (MappingFaulted(guard_slot_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared-memory region '", name_, "': its object ", key_,
+        " shrank while a request used it (the lost pages read as zeros "
+        "here); unregister the region and register the object again"));
+  }
   struct stat st;
   if (fstat(fd_, &st) != 0) {
     return absl::FailedPreconditionError(

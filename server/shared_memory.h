@@ -7,10 +7,11 @@
 //
 // Every use checks the object again (one fstat): a region whose object was
 // unlinked or truncated below the registered range answers
-// FAILED_PRECONDITION instead of the SIGBUS that touching it would raise. A
-// client that truncates the object while a request is using it can still
-// crash the server; like Triton's, the extension trusts same-host clients
-// that far (docs/DATAPATH.md).
+// FAILED_PRECONDITION instead of the SIGBUS that touching it would raise.
+// A client that truncates the object while a request is using it no longer
+// crashes the server either: the mapping is guarded (mapping_guard.h), the
+// lost pages read as zeros, and the request, checked again when its kernel
+// is done, fails like every later use of the region.
 //
 // Thread-safety: SharedMemoryRegistry is thread-safe. A region stays mapped
 // while any request holds its shared_ptr, so Unregister never unmaps memory
@@ -48,8 +49,8 @@ class SharedMemoryRegion {
   uint64_t byte_size() const { return byte_size_; }
   // The registered range's first byte.
   char* data() const { return static_cast<char*>(mapping_) + offset_; }
-  // FAILED_PRECONDITION when the object was unlinked or no longer covers
-  // the registered range.
+  // FAILED_PRECONDITION when the object was unlinked, no longer covers the
+  // registered range, or shrank under a request (a guarded page faulted).
   absl::Status CheckAlive() const;
 
  private:
@@ -60,6 +61,7 @@ class SharedMemoryRegion {
   const int fd_;
   void* const mapping_;  // the object's bytes [0, offset + byte_size)
   const uint64_t mapping_bytes_;
+  const int guard_slot_;  // GuardMapping's, -1 when unguarded
 };
 
 struct SharedMemoryListing {
