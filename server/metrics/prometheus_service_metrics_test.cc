@@ -41,6 +41,14 @@ std::string Key(const std::string& name, const Labels& labels) {
   return absl::StrCat(name, "{", absl::StrJoin(parts, ","), "}");
 }
 
+// A kernel series' labels for a float32 op of at most 1 MiB.
+Labels SmallFloat32Kernel(const std::string& op, const std::string& variant) {
+  return {{"op", op},
+          {"variant", variant},
+          {"dtype", "float32"},
+          {"size_bucket", "le_1MiB"}};
+}
+
 // Sample lines of an exposition, by series. Every line must be a comment or
 // `series value`.
 std::map<std::string, double> Parse(const std::string& text) {
@@ -272,10 +280,7 @@ TEST_F(ServiceMetricsTest, EveryOpIsObserved) {
     // The CPU backend copies nothing.
     EXPECT_EQ(s.at(Key("coalesce_request_h2d_seconds_sum", op)), 0);
     EXPECT_EQ(s.at(Key("coalesce_request_d2h_seconds_count", op)), 1);
-    const Labels kernel = {{"op", c.op},
-                           {"variant", c.report->variant()},
-                           {"dtype", "float32"},
-                           {"size_bucket", "le_1MiB"}};
+    const Labels kernel = SmallFloat32Kernel(c.op, c.report->variant());
     // The exported figures are the report's, to the last bit.
     EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_count", kernel)), 1);
     EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_sum", kernel)),
@@ -395,10 +400,7 @@ TEST_F(ServiceMetricsTest, LaunchFiguresAndCopyPeakWhenTheBackendHasThem) {
   ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
   const v1::KernelReport& report = response.report();
   const std::map<std::string, double> s = Scrape();
-  const Labels kernel = {{"op", "transpose"},
-                         {"variant", report.variant()},
-                         {"dtype", "float32"},
-                         {"size_bucket", "le_1MiB"}};
+  const Labels kernel = SmallFloat32Kernel("transpose", report.variant());
   EXPECT_EQ(s.at(Key("coalesce_kernel_theoretical_occupancy_ratio", kernel)),
             LaunchingBackend::kOccupancy);
   EXPECT_EQ(s.at(Key("coalesce_kernel_waves", kernel)),
@@ -442,10 +444,8 @@ TEST_F(ServiceMetricsTest, SampledCountersOfSampledRequestsOnly) {
     ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
   }
   const std::map<std::string, double> s = Scrape();
-  const Labels kernel = {{"op", "transpose"},
-                         {"variant", response.report().variant()},
-                         {"dtype", "float32"},
-                         {"size_bucket", "le_1MiB"}};
+  const Labels kernel =
+      SmallFloat32Kernel("transpose", response.report().variant());
   EXPECT_EQ(s.at(Key("coalesce_kernel_achieved_occupancy_ratio_count", kernel)),
             2);
   EXPECT_DOUBLE_EQ(
@@ -483,10 +483,8 @@ TEST_F(ServiceMetricsTest, FailedSamplesAreCountedAndKeptOutOfKernelTimes) {
   v1::TransposeResponse response;
   ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
   const std::map<std::string, double> s = Scrape();
-  const Labels kernel = {{"op", "transpose"},
-                         {"variant", response.report().variant()},
-                         {"dtype", "float32"},
-                         {"size_bucket", "le_1MiB"}};
+  const Labels kernel =
+      SmallFloat32Kernel("transpose", response.report().variant());
   Labels failed = kernel;
   failed.emplace_back("outcome", "failed");
   EXPECT_EQ(s.at(Key("coalesce_kernel_profile_samples_total", failed)), 1);
