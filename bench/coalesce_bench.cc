@@ -14,6 +14,7 @@
 // writes JSON that bench/report.py turns into docs/PERFORMANCE.md rows.
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -44,8 +46,10 @@ ABSL_FLAG(std::string, variants, "",
           "a trailing $ asks for that exact name)");
 ABSL_FLAG(std::string, shape, "",
           "kernels mode: only cases of this shape, as printed (e.g. "
-          "1,8192,8192); service mode: the input tensor's shape (e.g. "
-          "4096,4096), overriding the one derived from --bytes");
+          "1,8192,8192), or that shape alone where the preset lacks it "
+          "(transpose B,M,N; gemm B,M,N,K; gelu_layer_norm ROWS,H); service "
+          "mode: the input tensor's shape (e.g. 4096,4096), overriding the "
+          "one derived from --bytes");
 ABSL_FLAG(int, reps, 30, "timed repetitions (median reported)");
 ABSL_FLAG(int, warmup, 5, "untimed warm-up runs");
 ABSL_FLAG(int64_t, check_max_elements, int64_t{1} << 27,
@@ -93,6 +97,28 @@ Case GeluLnCase(DType t, int64_t rows, int64_t hidden) {
   p.hidden = hidden;
   p.has_bias = p.has_residual = p.has_gamma = p.has_beta = true;
   return {"gelu_layer_norm", p};
+}
+
+// A --shape outside the preset, as the table prints it: transpose
+// "B,M,N", GEMM "B,M,N,K", GELU-LayerNorm "ROWS,H" (layout conversions
+// need a permutation: presets only). nullopt when it does not parse.
+std::optional<Case> CaseOfShape(OpKind op, DType t, const std::string& shape) {
+  std::vector<int64_t> d;
+  for (absl::string_view part : absl::StrSplit(shape, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) return std::nullopt;
+    d.push_back(v);
+  }
+  if (op == OpKind::kTranspose && d.size() == 3) {
+    return TransposeCase(t, d[0], d[1], d[2]);
+  }
+  if (op == OpKind::kGemm && d.size() == 4) {
+    return GemmCase(t, d[0], d[1], d[2], d[3]);
+  }
+  if (op == OpKind::kGeluLayerNorm && d.size() == 2) {
+    return GeluLnCase(t, d[0], d[1]);
+  }
+  return std::nullopt;
 }
 
 std::vector<Case> Cases(OpKind op, DType t, const std::string& preset) {
@@ -249,13 +275,21 @@ int Main(int argc, char** argv) {
     const KernelVariant* v;
   };
   std::vector<Job> jobs;
+  const std::string only = absl::GetFlag(FLAGS_shape);
   for (OpKind op : ops) {
     for (DType t : dtypes) {
+      std::vector<Case> cases;
       for (Case& c : Cases(op, t, absl::GetFlag(FLAGS_preset))) {
-        const std::string only = absl::GetFlag(FLAGS_shape);
-        if (!only.empty() && absl::StrJoin(ShapeOf(c.problem), ",") != only) {
-          continue;
+        if (only.empty() || absl::StrJoin(ShapeOf(c.problem), ",") == only) {
+          cases.push_back(std::move(c));
         }
+      }
+      if (!only.empty() && cases.empty()) {
+        if (std::optional<Case> c = CaseOfShape(op, t, only)) {
+          cases.push_back(*std::move(c));
+        }
+      }
+      for (Case& c : cases) {
         for (const KernelVariant* v : backend.registry().ForOp(op)) {
           if (!v->CanImplement(c.problem, dev).ok()) continue;
           bool keep = filters.empty();

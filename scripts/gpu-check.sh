@@ -16,6 +16,9 @@
 #   profile   ncu detail (instructions, issue slots, stalls, DRAM) for one
 #             launch of the fastest GELU-LN variant at [8192,4096], fp32
 #             and bf16: whether a kernel is bound by memory or by issue
+#   service   issue 8's H200 figures: coalesce-bench service against a server
+#             here (GELU-LN on device handles, transposes inline, Echo)
+#             and the GELU-LN kernel's own bandwidth at the same shape
 #   tune      issue 6's quality sweep: a server on this GPU, `coalesce tune`
 #             over TUNE_SHAPES (default 200) random shapes per op: heuristic
 #             only (training shapes, seed 7, whose table is shipped); cold,
@@ -35,6 +38,17 @@ has() { [[ ",$steps," == *",$1,"* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
   --format=csv | tee "$out/nvidia-smi.csv"
 status=0
+serve() {  # starts a server with extra flags; sets $port and $server_pid
+  : >"$out/server.out"
+  "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "$@" \
+    >"$out/server.out" 2>>"$out/server.log" &
+  server_pid=$!
+  for _ in $(seq 1 100); do
+    port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+    [ -n "$port" ] && break
+    sleep 0.2
+  done
+}
 if has tests; then
   echo "== GPU conformance suite"
   "$bin/cuda_conformance_test" 2>&1 | tail -n 30 | tee "$out/gpu-tests.log"
@@ -108,17 +122,6 @@ fi
 if has tune; then
   echo "== selection quality sweep"
   shapes=${TUNE_SHAPES:-200}
-  serve() {  # starts a server with extra flags; sets $port and $server_pid
-    : >"$out/server.out"
-    "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "$@" \
-      >"$out/server.out" 2>>"$out/server.log" &
-    server_pid=$!
-    for _ in $(seq 1 100); do
-      port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
-      [ -n "$port" ] && break
-      sleep 0.2
-    done
-  }
   sweep() {  # $1: phase name, $2: shape seed; writes table-$1.txt
     for op in transpose layout gelu-ln gemm; do
       max=268435456
@@ -146,5 +149,24 @@ if has tune; then
   #    re-measured.
   serve --tuning_table="$out/table-cold.txt"
   sweep tuned 8
+fi
+if has service; then
+  # Issue 8 on this GPU: 64 MiB float32 GELU-LN with its input a
+  # device-resident handle and its output kept as one, at concurrency 8,
+  # against the kernel's own bandwidth (kernels mode, same shape); and 64 MiB
+  # transposes inline against Echo. The bench waits for SERVING.
+  echo "== service bench (issue 8)"
+  serve
+  for c in "gelu-ln handle,inline" "transpose inline,handle"; do
+    read -r op transports <<<"$c"
+    "$bin/coalesce-bench" service --server=127.0.0.1:$port --op="$op" \
+      --transport="$transports" --bytes=67108864 --concurrency=8 \
+      --duration_s=4 --json="$out/service-$op.json" 2>/dev/null |
+      tee "$out/service-$op.txt" | tail -n 4 || status=1
+  done
+  kill $server_pid; wait $server_pid 2>/dev/null
+  "$bin/coalesce-bench" kernels --ops=gelu_layer_norm --dtypes=float32 \
+    --shape=16384,1024 --json="$out/service-kernel-gelu.json" 2>/dev/null |
+    tail -n 4 || status=1
 fi
 exit $status
