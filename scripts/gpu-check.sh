@@ -30,25 +30,13 @@ out=${1:?usage: gpu-check.sh OUT_DIR [STEPS] [bench flags]}
 steps=${2:-tests,sanitize,ncu,bench}
 shift 2 2>/dev/null || shift $#
 mkdir -p "$out"
-[ -d gpu-bundle ] || tar -xJf gpu-bundle.tar.xz
-export LD_LIBRARY_PATH=$PWD/gpu-bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# shellcheck source=scripts/gpu-env.sh
+. "$(dirname "$0")/gpu-env.sh"
 export PYTHONUNBUFFERED=1
-bin=gpu-bundle/bin
 has() { [[ ",$steps," == *",$1,"* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
   --format=csv | tee "$out/nvidia-smi.csv"
 status=0
-serve() {  # starts a server with extra flags; sets $port and $server_pid
-  : >"$out/server.out"
-  "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "$@" \
-    >"$out/server.out" 2>>"$out/server.log" &
-  server_pid=$!
-  for _ in $(seq 1 100); do
-    port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
-    [ -n "$port" ] && break
-    sleep 0.2
-  done
-}
 if has tests; then
   echo "== GPU conformance suite"
   "$bin/cuda_conformance_test" 2>&1 | tail -n 30 | tee "$out/gpu-tests.log"

@@ -14,17 +14,9 @@
 set -uo pipefail
 out=${1:?usage: metrics-vs-ncu.sh OUT_DIR}
 mkdir -p "$out"
-[ -d gpu-bundle ] || tar -xJf gpu-bundle.tar.xz
-export LD_LIBRARY_PATH=$PWD/gpu-bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-bin=gpu-bundle/bin
-"$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
-  >"$out/server.out" 2>"$out/server.log" &
-server=$!
-for _ in $(seq 1 300); do
-  port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
-  [ -n "$port" ] && break
-  sleep 0.2
-done
+# shellcheck source=scripts/gpu-env.sh
+. "$(dirname "$0")/gpu-env.sh"
+serve
 cli() { "$bin/coalesce" --server=127.0.0.1:$port "$@" --report; }
 # name | CLI arguments | coalesce-bench arguments for the same problem
 cases=(
@@ -50,7 +42,7 @@ for c in "${cases[@]}"; do
   # shellcheck disable=SC2086
   cli $cli_args >"$out/report-$name.txt" 2>&1
 done
-kill $server; wait $server 2>/dev/null
+kill $server_pid; wait $server_pid 2>/dev/null
 kill $clocks; wait $clocks 2>/dev/null
 echo "SM clock (MHz) while the server ran: $(cut -d, -f2 "$out/clocks.csv" |
   tr -dc '0-9\n' | sort -n | awk '{a[NR]=$1} END {if (NR) print "min", a[1], "median", a[int((NR+1)/2)], "max", a[NR]}')"
