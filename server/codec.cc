@@ -316,36 +316,32 @@ absl::Status DecodeOptions(const v1::ExecutionOptions& options, int num_outputs,
   return absl::OkStatus();
 }
 
-// Fills the parts of d that follow from its problem: operand sizes, one
-// output pointer per output (null but for shared-memory outputs, resolved
-// here), the inputs' memory spaces and the references the operands need
-// kept alive.
+// Whether [a, a + na) and [b, b + nb) share a byte; never for a null
+// pointer or an empty range.
+bool Overlap(const void* a, int64_t na, const void* b, int64_t nb) {
+  if (a == nullptr || b == nullptr || na <= 0 || nb <= 0) return false;
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a);
+  const uintptr_t y = reinterpret_cast<uintptr_t>(b);
+  return x < y + static_cast<uintptr_t>(nb) &&
+         y < x + static_cast<uintptr_t>(na);
+}
+
 // An output in shared memory may not share a byte with an input or with
 // another output: kernels read their inputs while they write, so an alias
 // gives a silently wrong result. Only shared-memory outputs have bytes at
 // this point (inline and handle outputs are allocated later, distinct).
 absl::Status CheckNoOutputAlias(const DecodedRequest& d) {
-  auto range = [](const void* p, int64_t n) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    return std::make_pair(a, a + static_cast<uintptr_t>(n));
-  };
+  const Operands& ops = d.operands;
   for (size_t i = 0; i < d.output_targets.size(); ++i) {
-    const void* out = d.operands.outputs[i];
-    if (out == nullptr || d.sizes.outputs[i] <= 0) continue;
-    const auto [lo, hi] = range(out, d.sizes.outputs[i]);
-    auto overlaps = [lo = lo, hi = hi, &range](const void* p, int64_t n) {
-      if (p == nullptr || n <= 0) return false;
-      const auto [a, b] = range(p, n);
-      return a < hi && lo < b;
-    };
+    const int64_t bytes = d.sizes.outputs[i];
     std::string other;
-    for (size_t j = 0; j < d.operands.inputs.size() && other.empty(); ++j) {
-      if (overlaps(d.operands.inputs[j], d.sizes.inputs[j])) {
+    for (size_t j = 0; j < ops.inputs.size() && other.empty(); ++j) {
+      if (Overlap(ops.outputs[i], bytes, ops.inputs[j], d.sizes.inputs[j])) {
         other = absl::StrCat("input operand ", j);
       }
     }
     for (size_t j = 0; j < i && other.empty(); ++j) {
-      if (overlaps(d.operands.outputs[j], d.sizes.outputs[j])) {
+      if (Overlap(ops.outputs[i], bytes, ops.outputs[j], d.sizes.outputs[j])) {
         other = absl::StrCat("output ", j);
       }
     }
@@ -361,6 +357,10 @@ absl::Status CheckNoOutputAlias(const DecodedRequest& d) {
   return absl::OkStatus();
 }
 
+// Fills the parts of d that follow from its problem: operand sizes, one
+// output pointer per output (null but for shared-memory outputs, resolved
+// here), the inputs' memory spaces and the references the operands need
+// kept alive.
 absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
   d->sizes = OperandBytes(d->problem);
   d->operands.outputs.assign(d->sizes.outputs.size(), nullptr);
