@@ -184,15 +184,13 @@ class CudaBackend final : public Backend {
 
   absl::Status Execute(const KernelVariant& v, const Problem& p,
                        const Operands& operands, RunResult* result) override {
-    COALESCE_RETURN_IF_ERROR(Health());
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
-    Lane* lane = AcquireLane();
-    absl::Status s = ExecuteOnLane(*lane, v, p, operands, result);
-    // A failed call may leave work queued that writes resident outputs,
-    // which the caller frees (on another stream) once this returns.
-    if (!s.ok()) cudaStreamSynchronize(lane->stream);
-    ReleaseLane(lane);
-    return Track(s);
+    return OnLane([&](Lane& l) {
+      absl::Status s = ExecuteOnLane(l, v, p, operands, result);
+      // A failed call may leave work queued that writes resident outputs,
+      // which the caller frees (on another stream) once this returns.
+      if (!s.ok()) cudaStreamSynchronize(l.stream);
+      return s;
+    });
   }
 
   // Resident memory is device memory from the pool that requests use,
@@ -237,21 +235,17 @@ class CudaBackend final : public Backend {
   absl::StatusOr<BenchmarkResult> Benchmark(
       const KernelVariant& v, const Problem& p,
       const BenchmarkOptions& opts) override {
-    COALESCE_RETURN_IF_ERROR(Health());
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
-    Lane* lane = AcquireLane();
-    absl::StatusOr<BenchmarkResult> r;
-    {
+    BenchmarkResult result;
+    COALESCE_RETURN_IF_ERROR(OnLane([&](Lane& l) -> absl::Status {
       // Like every unsampled launch: never inside a sampled range, whose
       // counters would take the benchmark's kernels for the request's.
       cuda::CuptiSampler* sampler = sampler_.load(std::memory_order_acquire);
       std::optional<absl::ReaderMutexLock> outside_ranges;
       if (sampler != nullptr) outside_ranges.emplace(sampler->launch_lock());
-      r = BenchmarkOnLane(*lane, v, p, opts);
-    }
-    ReleaseLane(lane);
-    if (!r.ok()) return Track(r.status());
-    return r;
+      COALESCE_ASSIGN_OR_RETURN(result, BenchmarkOnLane(l, v, p, opts));
+      return absl::OkStatus();
+    }));
+    return result;
   }
 
  protected:
@@ -260,32 +254,39 @@ class CudaBackend final : public Backend {
   // whichever lane reads them next.
   absl::Status CopyToResidentRange(void* dst, const void* src,
                                    int64_t bytes) override {
-    COALESCE_RETURN_IF_ERROR(Health());
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
-    Lane* lane = AcquireLane();
-    absl::Status s = StageIn(*lane, dst, src, static_cast<size_t>(bytes));
-    const absl::Status synced =
-        cuda::CudaStatus(cudaStreamSynchronize(lane->stream),
-                         "cudaStreamSynchronize", __FILE__, __LINE__);
-    if (s.ok()) s = synced;
-    ReleaseLane(lane);
-    return Track(s);
+    return OnLane([&](Lane& l) {
+      absl::Status s = StageIn(l, dst, src, static_cast<size_t>(bytes));
+      const absl::Status synced =
+          cuda::CudaStatus(cudaStreamSynchronize(l.stream),
+                           "cudaStreamSynchronize", __FILE__, __LINE__);
+      return s.ok() ? synced : s;
+    });
   }
   absl::Status CopyFromResidentRange(const void* src, void* dst,
                                      int64_t bytes) override {
+    return OnLane([&](Lane& l) {
+      // StageOut waits for its last chunk before it returns, unless it fails
+      // before: then nothing may stay queued on the lane for its next user.
+      const absl::Status s = StageOut(l, dst, src, static_cast<size_t>(bytes));
+      if (!s.ok()) cudaStreamSynchronize(l.stream);
+      return s;
+    });
+  }
+
+ private:
+  // Runs f(lane) on a free lane of this device, waiting for one, after the
+  // health check; an error f returns is tracked (a sticky one makes the
+  // backend unhealthy).
+  template <typename F>
+  absl::Status OnLane(F&& f) {
     COALESCE_RETURN_IF_ERROR(Health());
     COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
     Lane* lane = AcquireLane();
-    // StageOut waits for its last chunk before it returns, unless it fails
-    // before: then nothing may stay queued on the lane for its next user.
-    const absl::Status s =
-        StageOut(*lane, dst, src, static_cast<size_t>(bytes));
-    if (!s.ok()) cudaStreamSynchronize(lane->stream);
+    const absl::Status s = f(*lane);
     ReleaseLane(lane);
     return Track(s);
   }
 
- private:
   Lane* AcquireLane() {
     std::unique_lock<std::mutex> lock(lanes_mu_);
     lanes_cv_.wait(lock, [&] { return !free_lanes_.empty(); });
