@@ -143,14 +143,7 @@ absl::Status LaunchBlock(const Args& a, ExecContext& ctx) {
   int64_t blocks = a.rows;
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
     // As many blocks as are resident at once, each looping over rows.
-    static const int per_sm = [kernel] {
-      int n = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads,
-                                                        0) != cudaSuccess) {
-        cudaGetLastError();
-      }
-      return std::max(n, 1);
-    }();
+    static const int per_sm = ResidentBlocksPerSm(kernel, kThreads, 0);
     blocks = std::min<int64_t>(
         blocks,
         static_cast<int64_t>(per_sm) *

@@ -1,5 +1,6 @@
 #include "kernels/cuda/launch.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -55,6 +56,10 @@ bool FirstLaunch(const void* func) {
 }
 
 }  // namespace
+
+int ResidentBlocksPerSm(const void* func, int threads, size_t smem_bytes) {
+  return std::max(FactsOf(func, threads, smem_bytes).active_blocks, 1);
+}
 
 void RecordLaunch(const void* func, dim3 grid, dim3 block, size_t smem_bytes,
                   ExecContext& ctx) {

@@ -22,6 +22,18 @@ void RecordLaunch(Kernel* func, dim3 grid, dim3 block, size_t smem_bytes,
                ctx);
 }
 
+// Blocks of func (threads each, smem_bytes dynamic shared memory) resident
+// at once on one SM, from the occupancy calculator (cached, as for
+// RecordLaunch); at least 1, also when the query fails. A persistent kernel
+// launches this many per SM.
+int ResidentBlocksPerSm(const void* func, int threads, size_t smem_bytes);
+
+template <typename Kernel>
+int ResidentBlocksPerSm(Kernel* func, int threads, size_t smem_bytes) {
+  return ResidentBlocksPerSm(reinterpret_cast<const void*>(func), threads,
+                             smem_bytes);
+}
+
 inline cudaStream_t StreamOf(const ExecContext& ctx) {
   return static_cast<cudaStream_t>(ctx.stream);
 }
