@@ -34,16 +34,22 @@ double TileUtilization(int64_t rows, int64_t cols, int64_t tile_rows,
          static_cast<double>(padded(rows, tile_rows) * padded(cols, tile_cols));
 }
 
+RooflineSeconds Roofline(const Problem& p, const DeviceInfo& dev) {
+  const double bw = RooflineBandwidth(dev);
+  const double peak = RooflineFlops(p, dev);
+  RooflineSeconds r;
+  r.memory = bw > 0 ? static_cast<double>(MinBytesMoved(p)) / bw : 0;
+  r.math = peak > 0 ? Flops(p) / peak : 0;
+  return r;
+}
+
 double KernelVariant::EstimateSeconds(const Problem& p,
                                       const DeviceInfo& dev) const {
   const double eff = std::clamp(Efficiency(p, dev), 1e-3, 1.0);
-  const double bw = RooflineBandwidth(dev);
-  const double peak = RooflineFlops(p, dev);
-  const double t_mem = bw > 0 ? static_cast<double>(MinBytesMoved(p)) / bw : 0;
-  const double t_math = peak > 0 ? Flops(p) / peak : 0;
+  const RooflineSeconds r = Roofline(p, dev);
   const double fixed =
       dev.backend == BackendKind::kCuda ? kGpuLaunchSeconds : kCpuCallSeconds;
-  return std::max(t_mem, t_math) / eff + fixed;
+  return std::max(r.memory, r.math) / eff + fixed;
 }
 
 }  // namespace coalesce

@@ -72,6 +72,14 @@ struct ExecContext {
 // for 16-bit and TF32 GEMMs, FP32 otherwise).
 double RooflineBandwidth(const DeviceInfo& dev);
 double RooflineFlops(const Problem& p, const DeviceInfo& dev);
+// p's minimum bytes at RooflineBandwidth and its FLOPs at RooflineFlops, in
+// seconds (0 where the ceiling is unknown): the two bounds of a roofline
+// estimate before any efficiency.
+struct RooflineSeconds {
+  double memory = 0;
+  double math = 0;
+};
+RooflineSeconds Roofline(const Problem& p, const DeviceInfo& dev);
 
 // Share of a rows x cols matrix's tile_rows x tile_cols tiles that carries
 // data (an edge tile costs as much as a full one): scales a tiled variant's

@@ -109,16 +109,9 @@ double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
                        double efficiency, double extra_seconds,
                        double seconds_per_k) {
   constexpr double kMemoryEfficiency = 0.5;
-  const Problem problem = p;
-  const double peak = RooflineFlops(problem, dev);
-  const double bandwidth = RooflineBandwidth(dev);
-  const double t_math =
-      peak > 0 ? Flops(problem) / (peak * std::clamp(efficiency, 1e-3, 1.0))
-               : 0;
-  const double t_mem = bandwidth > 0
-                           ? static_cast<double>(MinBytesMoved(problem)) /
-                                 (bandwidth * kMemoryEfficiency)
-                           : 0;
+  const RooflineSeconds r = Roofline(p, dev);
+  const double t_math = r.math / std::clamp(efficiency, 1e-3, 1.0);
+  const double t_mem = r.memory / kMemoryEfficiency;
   const double t_k = static_cast<double>(p.k) * seconds_per_k;
   return kGpuLaunchSeconds + extra_seconds + std::max({t_math, t_mem, t_k});
 }
