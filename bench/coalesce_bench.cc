@@ -10,10 +10,14 @@
 // For every (op, dtype, shape) of the preset and every variant that can run
 // it: a correctness check against the float64 CPU reference (shapes up to
 // --check_max_elements), then device-side timing (CUDA events, warm-up,
-// median of --reps, buffer sets rotated past the L2). Prints a table and
-// writes JSON that bench/report.py turns into docs/PERFORMANCE.md rows.
+// buffer sets rotated past the L2): the median of --reps per-launch times and
+// the mean of --reps runs back to back; beside it, once per case, a plain
+// copy of the same bytes timed the same two ways (Backend::BenchmarkCopy,
+// where the backend has one). Prints a table and writes JSON that
+// bench/report.py turns into docs/PERFORMANCE.md rows.
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -315,9 +320,13 @@ int Main(int argc, char** argv) {
   const int64_t check_max = absl::GetFlag(FLAGS_check_max_elements);
   std::vector<std::string> json_rows;
   std::string table = absl::StrFormat(
-      "%-15s %-8s %-24s %-34s %10s %9s %6s %9s %5s %5s %7s %s\n", "op", "dtype",
-      "shape", "variant", "us", "GB/s", "xpeak", "GFLOP/s", "occ", "regs",
-      "smem", "check");
+      "%-15s %-8s %-24s %-34s %10s %10s %9s %6s %6s %9s %5s %5s %7s %s\n", "op",
+      "dtype", "shape", "variant", "us", "us b2b", "GB/s", "xpeak", "xcopy",
+      "GFLOP/s", "occ", "regs", "smem", "check");
+  // The same-size copy of each case, by op, dtype and shape: timed once,
+  // before the case's first variant; nullopt where the backend has none.
+  std::map<std::string, std::optional<BenchmarkResult>> copies;
+  bool said_no_copy = false;
   int failures = 0;
   const absl::Time start = absl::Now();
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -340,6 +349,25 @@ int Main(int argc, char** argv) {
       check = s.ok() ? "ok" : absl::StrCat("FAIL: ", s.message());
       if (!s.ok()) ++failures;
     }
+    // Half the bytes a case moves, read and written once: its copy.
+    const int64_t copy_bytes = MinBytesMoved(p) / 2;
+    auto [same_size, fresh] = copies.try_emplace(
+        absl::StrCat(OpName(OpOf(p)), " ", DTypeName(DTypeOf(p)), " ", shape));
+    if (fresh && copy_bytes > 0) {
+      absl::StatusOr<BenchmarkResult> c =
+          backend.BenchmarkCopy(copy_bytes, opts);
+      if (c.ok()) {
+        same_size->second = *c;
+      } else if (!absl::IsUnimplemented(c.status())) {
+        ++failures;
+        std::fprintf(stderr, "\nsame-size copy of %s: %s\n", shape.c_str(),
+                     c.status().ToString().c_str());
+      } else if (!said_no_copy) {
+        said_no_copy = true;
+        std::fprintf(stderr, "\nno same-size copies: %s\n",
+                     c.status().ToString().c_str());
+      }
+    }
     absl::StatusOr<BenchmarkResult> r = backend.Benchmark(*j.v, p, opts);
     if (!r.ok()) {
       ++failures;
@@ -350,27 +378,45 @@ int Main(int argc, char** argv) {
     const double bytes = static_cast<double>(MinBytesMoved(p));
     const double gbps = bytes / r->median_seconds / 1e9;
     const double frac = peak > 0 ? bytes / r->median_seconds / peak : 0;
+    const double b2b_gbps = bytes / r->back_to_back_seconds / 1e9;
+    const double b2b_frac =
+        peak > 0 ? bytes / r->back_to_back_seconds / peak : 0;
     const double flops = Flops(p);
+    std::string xcopy = "-";
+    std::string copy_json;
+    if (const std::optional<BenchmarkResult>& c = same_size->second) {
+      const double copy_b2b_gbps =
+          2.0 * static_cast<double>(copy_bytes) / c->back_to_back_seconds / 1e9;
+      xcopy = absl::StrFormat("%.3f", b2b_gbps / copy_b2b_gbps);
+      copy_json = absl::StrFormat(
+          ",\"copy_us\":%.3f,\"copy_b2b_us\":%.3f,\"copy_b2b_GBps\":%.2f",
+          c->median_seconds * 1e6, c->back_to_back_seconds * 1e6,
+          copy_b2b_gbps);
+    }
     absl::StrAppendFormat(
         &table,
-        "%-15s %-8s %-24s %-34s %10.2f %9.1f %6.3f %9.1f %5.2f %5d %7d %s\n",
+        "%-15s %-8s %-24s %-34s %10.2f %10.2f %9.1f %6.3f "
+        "%6s %9.1f %5.2f %5d %7d %s\n",
         j.c.label, DTypeName(DTypeOf(p)), shape, j.v->name(),
-        r->median_seconds * 1e6, gbps, frac, flops / r->median_seconds / 1e9,
-        r->launch.theoretical_occupancy, r->launch.registers_per_thread,
+        r->median_seconds * 1e6, r->back_to_back_seconds * 1e6, gbps, frac,
+        xcopy, flops / r->median_seconds / 1e9, r->launch.theoretical_occupancy,
+        r->launch.registers_per_thread,
         static_cast<int>(r->launch.shared_memory_bytes),
         check.size() > 40 ? check.substr(0, 40) : check);
     json_rows.push_back(absl::StrFormat(
         "{\"op\":\"%s\",\"case\":\"%s\",\"dtype\":\"%s\",\"shape\":%s,"
         "\"variant\":\"%s\",\"median_us\":%.3f,\"min_us\":%.3f,"
         "\"max_us\":%.3f,\"bytes\":%.0f,\"flops\":%.0f,\"GBps\":%.2f,"
-        "\"frac_copy_peak\":%.4f,\"theoretical_occupancy\":%.4f,"
+        "\"frac_copy_peak\":%.4f,\"b2b_us\":%.3f,\"b2b_GBps\":%.2f,"
+        "\"b2b_frac_copy_peak\":%.4f,\"theoretical_occupancy\":%.4f,"
         "\"waves\":%.2f,\"registers\":%d,\"smem_bytes\":%d,"
         "\"grid\":[%d,%d,%d],\"block\":[%d,%d,%d],\"buffer_sets\":%d,"
-        "\"reps\":%d,\"check\":\"%s\"}",
+        "\"reps\":%d,\"check\":\"%s\"%s}",
         OpName(OpOf(p)), j.c.label, DTypeName(DTypeOf(p)), shape, j.v->name(),
         r->median_seconds * 1e6, r->min_seconds * 1e6, r->max_seconds * 1e6,
-        bytes, flops, gbps, frac, r->launch.theoretical_occupancy,
-        r->launch.waves, r->launch.registers_per_thread,
+        bytes, flops, gbps, frac, r->back_to_back_seconds * 1e6, b2b_gbps,
+        b2b_frac, r->launch.theoretical_occupancy, r->launch.waves,
+        r->launch.registers_per_thread,
         static_cast<int>(r->launch.shared_memory_bytes),
         static_cast<int>(r->launch.grid[0]),
         static_cast<int>(r->launch.grid[1]),
@@ -378,7 +424,7 @@ int Main(int argc, char** argv) {
         static_cast<int>(r->launch.block[0]),
         static_cast<int>(r->launch.block[1]),
         static_cast<int>(r->launch.block[2]), r->buffer_sets, r->reps,
-        JsonEscape(check)));
+        JsonEscape(check), copy_json));
   }
   std::fprintf(stderr, "\n");
   std::fputs(table.c_str(), stdout);

@@ -5,39 +5,90 @@ run, so every row gets a `vs torch` ratio measured side by side.
     python3 bench/torch_bench.py COALESCE_JSON OUT_JSON [--reps 30]
 
 Inputs are random (never zeros); several input sets are rotated so the
-footprint exceeds the L2; CUDA events; median of --reps after warm-up.
+footprint exceeds the L2; CUDA events; after warm-up, the median of --reps
+per-launch times and the mean of --reps calls back to back, as
+coalesce-bench times its variants (Backend::Benchmark).
 """
 import argparse
 import json
 import statistics
 import sys
+import time
 
 import torch
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16,
           "bfloat16": torch.bfloat16}
 FOOTPRINT = 512 << 20
+# The GPU sleeps at least this long before each timed span, so that the host
+# has enqueued the span's events and calls before the GPU reaches them.
+MIN_SLEEP_US = 100
+
+_sleep_cycles_per_us = None
+
+
+def sleep_us(us):
+    """Keeps the GPU busy for about `us` microseconds (torch.cuda._sleep
+    spins for a number of SM clock cycles): the clock is read once by timing
+    a sleep with events."""
+    global _sleep_cycles_per_us
+    if _sleep_cycles_per_us is None:
+        cycles = 1_000_000
+        torch.cuda._sleep(cycles)  # brings the clock up
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+            enable_timing=True)
+        s.record()
+        torch.cuda._sleep(cycles)
+        e.record()
+        e.synchronize()
+        _sleep_cycles_per_us = cycles / (s.elapsed_time(e) * 1e3)
+    torch.cuda._sleep(int(us * _sleep_cycles_per_us))
 
 
 def time_fn(make_args, fn, reps, warmup=5):
-    """Median ms of fn(*args) over reps, rotating argument sets."""
+    """(median ms per launch, mean ms back to back) of fn(*args) over reps,
+    rotating argument sets.
+
+    Per launch: events around each call, after a GPU sleep that outlasts
+    the host's enqueuing of them, so the span is the GPU's work and not
+    Python's launch time. Back to back: one event, reps calls with nothing
+    between them, one event, all enqueued behind one sleep that outlasts
+    the host's enqueuing of them all.
+    """
     sets = [make_args()]
     per_set = sum(t.numel() * t.element_size() for t in sets[0])
     while len(sets) * per_set < FOOTPRINT and len(sets) < 64:
         sets.append(make_args())
+    host_us = []
     for i in range(warmup):
+        t0 = time.perf_counter()
         fn(*sets[i % len(sets)])
+        host_us.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    # The host's time to enqueue one call, from the warm-up after its first
+    # call (which may compile); twice that, for its jitter.
+    per_call_us = 2 * statistics.median(host_us[1:] or host_us or [0])
     times = []
     for i in range(reps):
         a = sets[i % len(sets)]
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
             enable_timing=True)
+        sleep_us(max(MIN_SLEEP_US, per_call_us))
         s.record()
         fn(*a)
         e.record()
         e.synchronize()
         times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+        enable_timing=True)
+    sleep_us(MIN_SLEEP_US + reps * per_call_us)
+    s.record()
+    for i in range(reps):
+        # The rotation goes on from the per-launch calls.
+        fn(*sets[(reps + i) % len(sets)])
+    e.record()
+    e.synchronize()
+    return statistics.median(times), s.elapsed_time(e) / reps
 
 
 def rand(shape, dtype):
@@ -107,10 +158,11 @@ def main():
     seen, rows = set(), []
     # The copy ceiling as PyTorch measures it, in the same run.
     n = 1 << 28
-    ms = time_fn(lambda: (torch.empty(n, device="cuda"),
-                          rand((n,), torch.float32)),
-                 lambda y, x: y.copy_(x), args.reps)
+    ms, b2b_ms = time_fn(lambda: (torch.empty(n, device="cuda"),
+                                  rand((n,), torch.float32)),
+                         lambda y, x: y.copy_(x), args.reps)
     torch_copy = 2 * 4 * n / ms / 1e6
+    torch_copy_b2b = 2 * 4 * n / b2b_ms / 1e6
     todo = []
     for r in src["rows"]:
         key = (r["case"], r["dtype"], tuple(r["shape"]))
@@ -126,33 +178,43 @@ def main():
               f"{r['shape']}", end="", file=sys.stderr, flush=True)
         if made is None:
             continue
-        ms = time_fn(made[0], made[1], args.reps)
+        ms, b2b_ms = time_fn(made[0], made[1], args.reps)
         extra = {}
         if r["case"] == "gelu_layer_norm":
             made_c = case_fn(r["case"], shape, DTYPES[r["dtype"]], True)
-            cms = time_fn(made_c[0], made_c[1], args.reps)
+            cms, c_b2b_ms = time_fn(made_c[0], made_c[1], args.reps)
             extra = {"torch_compile_us": cms * 1e3,
-                     "torch_compile_GBps": r["bytes"] / (cms * 1e-3) / 1e9}
+                     "torch_compile_GBps": r["bytes"] / (cms * 1e-3) / 1e9,
+                     "torch_compile_b2b_us": c_b2b_ms * 1e3,
+                     "torch_compile_b2b_GBps":
+                         r["bytes"] / (c_b2b_ms * 1e-3) / 1e9}
         if r["case"] == "gemm":
             extra = {"torch_TFLOPs": r["flops"] / (ms * 1e-3) / 1e12}
         # A plain copy of the same bytes: the ceiling at this size (launch
         # and tail costs included), beside the large-copy peak.
         numel = r["bytes"] // 2 // torch.tensor([], dtype=DTYPES[r["dtype"]]
                                                ).element_size()
-        copy_ms = time_fn(lambda: (torch.empty(numel, device="cuda",
-                                               dtype=DTYPES[r["dtype"]]),
-                                   rand((numel,), DTYPES[r["dtype"]])),
-                          lambda y, x: y.copy_(x), args.reps)
+        copy_ms, copy_b2b_ms = time_fn(
+            lambda: (torch.empty(numel, device="cuda",
+                                 dtype=DTYPES[r["dtype"]]),
+                     rand((numel,), DTYPES[r["dtype"]])),
+            lambda y, x: y.copy_(x), args.reps)
         rows.append({"case": r["case"], "dtype": r["dtype"],
                      "shape": r["shape"], "torch_us": ms * 1e3,
                      "torch_GBps": r["bytes"] / (ms * 1e-3) / 1e9,
+                     "torch_b2b_us": b2b_ms * 1e3,
+                     "torch_b2b_GBps": r["bytes"] / (b2b_ms * 1e-3) / 1e9,
                      "same_size_copy_GBps": r["bytes"] / (copy_ms * 1e-3) / 1e9,
+                     "same_size_copy_b2b_us": copy_b2b_ms * 1e3,
+                     "same_size_copy_b2b_GBps":
+                         r["bytes"] / (copy_b2b_ms * 1e-3) / 1e9,
                      **extra})
         torch.cuda.empty_cache()
     print(file=sys.stderr)
     json.dump({"torch": torch.__version__, "device":
                torch.cuda.get_device_name(), "torch_copy_GBps": torch_copy,
-               "rows": rows}, open(args.out_json, "w"), indent=1)
+               "torch_copy_b2b_GBps": torch_copy_b2b, "rows": rows},
+              open(args.out_json, "w"), indent=1)
 
 
 if __name__ == "__main__":

@@ -79,18 +79,19 @@ absl::Status Backend::CopyFromResidentRange(const void* src, void* dst,
   return absl::OkStatus();
 }
 
-int BenchmarkBufferSets(const Problem& p, const BenchmarkOptions& opts,
+int BenchmarkBufferSets(int64_t set_bytes, const BenchmarkOptions& opts,
                         int max_sets) {
-  const int64_t set_bytes = MinBytesMoved(p);
   if (set_bytes <= 0) return 1;
   return static_cast<int>(std::clamp<int64_t>(
       (opts.min_footprint_bytes + set_bytes - 1) / set_bytes, 1, max_sets));
 }
 
-BenchmarkResult SummarizeBenchmark(std::vector<double> seconds, int sets,
+BenchmarkResult SummarizeBenchmark(std::vector<double> seconds,
+                                   double back_to_back_seconds, int sets,
                                    const LaunchInfo& launch) {
   std::sort(seconds.begin(), seconds.end());
   BenchmarkResult r;
+  r.back_to_back_seconds = back_to_back_seconds;
   r.reps = static_cast<int>(seconds.size());
   r.buffer_sets = sets;
   if (!seconds.empty()) {
@@ -106,7 +107,7 @@ absl::StatusOr<BenchmarkResult> Backend::Benchmark(
     const KernelVariant& v, const Problem& p, const BenchmarkOptions& opts) {
   const OperandSizes sizes = OperandBytes(p);
   // Host buffers: a few sets are enough to leave the CPU caches.
-  const int sets = BenchmarkBufferSets(p, opts, 16);
+  const int sets = BenchmarkBufferSets(MinBytesMoved(p), opts, 16);
   std::mt19937_64 rng(opts.seed);
   std::uniform_real_distribution<float> dist(0.25f, 1.0f);
   const DType dtype = DTypeOf(p);
@@ -133,12 +134,25 @@ absl::StatusOr<BenchmarkResult> Backend::Benchmark(
     if (!st.ok()) return st;
   }
   std::vector<double> t;
+  double total = 0;
   for (int i = 0; i < opts.reps; ++i) {
     absl::Status st = Execute(v, p, ops[i % sets], &rr);
     if (!st.ok()) return st;
     t.push_back(rr.kernel_seconds);
+    total += rr.kernel_seconds;
   }
-  return SummarizeBenchmark(std::move(t), sets, rr.launch);
+  // Execute runs synchronously on the host, with no launch to overlap with
+  // the previous run: back to back is the mean of the same runs.
+  const double mean = t.empty() ? 0 : total / static_cast<double>(t.size());
+  return SummarizeBenchmark(std::move(t), mean, sets, rr.launch);
+}
+
+absl::StatusOr<BenchmarkResult> Backend::BenchmarkCopy(
+    int64_t /*bytes_per_side*/, const BenchmarkOptions& /*opts*/) {
+  return absl::UnimplementedError(absl::StrCat(
+      "the ", BackendName(kind()),
+      " backend has no copy to benchmark: Benchmark times Execute, no copy is "
+      "a variant, and the copy peak is measured once at start-up"));
 }
 
 }  // namespace coalesce

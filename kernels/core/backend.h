@@ -59,23 +59,32 @@ struct BenchmarkOptions {
   uint64_t seed = 1;
 };
 
+// Two timings of the same runs. Per launch (median, min, max): an event
+// before and after each run, what selection and tuning compare; on a GPU the
+// events and the launch add a few microseconds to each run, which dominate
+// a 10 us kernel. Back to back: the runs issued in one stream with one event
+// before the first and one after the last (CUTLASS profiler's method), so
+// each run starts while the previous one drains: the kernel's own duration,
+// as a busy stream sees it.
 struct BenchmarkResult {
   double median_seconds = 0;
   double min_seconds = 0;
   double max_seconds = 0;
+  double back_to_back_seconds = 0;  // mean per run
   int reps = 0;
   int buffer_sets = 0;
   LaunchInfo launch;
 };
 
-// Buffer sets to rotate through so that their footprint reaches
-// opts.min_footprint_bytes: at least 1, at most max_sets.
-int BenchmarkBufferSets(const Problem& p, const BenchmarkOptions& opts,
+// Buffer sets of set_bytes each to rotate through so that their footprint
+// reaches opts.min_footprint_bytes: at least 1, at most max_sets.
+int BenchmarkBufferSets(int64_t set_bytes, const BenchmarkOptions& opts,
                         int max_sets);
 
-// The result of timed repetitions (seconds, in any order) on `sets`
-// buffer sets.
-BenchmarkResult SummarizeBenchmark(std::vector<double> seconds, int sets,
+// The result of timed repetitions (per-launch seconds, in any order, and the
+// back-to-back mean) on `sets` buffer sets.
+BenchmarkResult SummarizeBenchmark(std::vector<double> seconds,
+                                   double back_to_back_seconds, int sets,
                                    const LaunchInfo& launch);
 
 // Memory of the device as the backend sees it; -1 where unknown.
@@ -126,6 +135,14 @@ class Backend {
   // and takes the kernel time it reports (right for the CPU backend).
   virtual absl::StatusOr<BenchmarkResult> Benchmark(
       const KernelVariant& v, const Problem& p, const BenchmarkOptions& opts);
+  // Times a device-to-device copy of bytes_per_side bytes with Benchmark's
+  // protocol: the ceiling a data-movement variant moving 2 x bytes_per_side
+  // bytes could reach at that size, launch and tail effects included. The
+  // default is UNIMPLEMENTED: the default Benchmark times Execute, and no
+  // copy is a variant to Execute (the CPU backend's copy peak is a parallel
+  // memcpy timed once at start-up).
+  virtual absl::StatusOr<BenchmarkResult> BenchmarkCopy(
+      int64_t bytes_per_side, const BenchmarkOptions& opts);
   // Every device of this backend's kind the process can see, the serving
   // one (device()) first, for GetServerInfo.
   virtual std::vector<DeviceInfo> VisibleDevices() const { return {device()}; }

@@ -1,6 +1,7 @@
 // The CPU backend's resident memory: host memory, 64-byte aligned; copies in
 // and out at any offset and in chunks of any size; ranges checked against the
-// allocation; and Execute on operands marked resident (used in place).
+// allocation; and Execute on operands marked resident (used in place). Its
+// benchmark: both timings, and no same-size copy.
 #include "kernels/cpu/cpu_backend.h"
 
 #include <cstdint>
@@ -131,6 +132,29 @@ TEST_F(CpuResidentTest, ExecuteUsesResidentOperandsInPlace) {
           << r << "," << c;
     }
   }
+}
+
+TEST(CpuBenchmarkTest, TimesBothWaysAndHasNoCopyToTime) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(2);
+  TransposeProblem tp;
+  tp.rows = 64;
+  tp.cols = 48;
+  const Problem p = tp;
+  const KernelVariant* v = backend->registry().ForOp(OpKind::kTranspose)[0];
+  BenchmarkOptions opts;
+  opts.warmup = 1;
+  opts.reps = 5;
+  opts.min_footprint_bytes = 1 << 20;
+  absl::StatusOr<BenchmarkResult> r = backend->Benchmark(*v, p, opts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reps, 5);
+  EXPECT_GT(r->median_seconds, 0);
+  EXPECT_GT(r->back_to_back_seconds, 0);
+
+  absl::StatusOr<BenchmarkResult> copy =
+      backend->BenchmarkCopy(MinBytesMoved(p) / 2, opts);
+  EXPECT_EQ(copy.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(copy.status().message(), HasSubstr("cpu backend"));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/status_macros.h"
@@ -236,13 +237,23 @@ class CudaBackend final : public Backend {
       const KernelVariant& v, const Problem& p,
       const BenchmarkOptions& opts) override {
     BenchmarkResult result;
-    COALESCE_RETURN_IF_ERROR(OnLane([&](Lane& l) -> absl::Status {
-      // Like every unsampled launch: never inside a sampled range, whose
-      // counters would take the benchmark's kernels for the request's.
-      cuda::CuptiSampler* sampler = sampler_.load(std::memory_order_acquire);
-      std::optional<absl::ReaderMutexLock> outside_ranges;
-      if (sampler != nullptr) outside_ranges.emplace(sampler->launch_lock());
+    COALESCE_RETURN_IF_ERROR(OnLaneUnsampled([&](Lane& l) -> absl::Status {
       COALESCE_ASSIGN_OR_RETURN(result, BenchmarkOnLane(l, v, p, opts));
+      return absl::OkStatus();
+    }));
+    return result;
+  }
+
+  absl::StatusOr<BenchmarkResult> BenchmarkCopy(
+      int64_t bytes_per_side, const BenchmarkOptions& opts) override {
+    if (bytes_per_side <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("copy benchmark of ", bytes_per_side, " bytes"));
+    }
+    BenchmarkResult result;
+    COALESCE_RETURN_IF_ERROR(OnLaneUnsampled([&](Lane& l) -> absl::Status {
+      COALESCE_ASSIGN_OR_RETURN(result,
+                                BenchmarkCopyOnLane(l, bytes_per_side, opts));
       return absl::OkStatus();
     }));
     return result;
@@ -285,6 +296,19 @@ class CudaBackend final : public Backend {
     const absl::Status s = f(*lane);
     ReleaseLane(lane);
     return Track(s);
+  }
+
+  // OnLane for the bench harness, whose launches are like every unsampled
+  // one: never inside a sampled range, whose counters would take the
+  // benchmark's kernels for the request's.
+  template <typename F>
+  absl::Status OnLaneUnsampled(F&& f) {
+    return OnLane([&](Lane& l) -> absl::Status {
+      cuda::CuptiSampler* sampler = sampler_.load(std::memory_order_acquire);
+      std::optional<absl::ReaderMutexLock> outside_ranges;
+      if (sampler != nullptr) outside_ranges.emplace(sampler->launch_lock());
+      return f(l);
+    });
   }
 
   Lane* AcquireLane() {
@@ -484,17 +508,21 @@ class CudaBackend final : public Backend {
     return v.Run(p, dev, ctx);
   }
 
+  // Buffer sets of set_bytes each to rotate so that the timed runs read
+  // from HBM, not from L2, in at most a quarter of the device's memory.
+  int BenchmarkSets(int64_t set_bytes, const BenchmarkOptions& opts) const {
+    return static_cast<int>(std::max<int64_t>(
+        1, std::min<int64_t>(
+               BenchmarkBufferSets(set_bytes, opts, 64),
+               device_.memory_bytes / 4 / std::max<int64_t>(set_bytes, 1))));
+  }
+
   absl::StatusOr<BenchmarkResult> BenchmarkOnLane(
       Lane& l, const KernelVariant& v, const Problem& p,
       const BenchmarkOptions& opts) {
     const OperandSizes sizes = OperandBytes(p);
     const DType dtype = DTypeOf(p);
-    // Rotate buffer sets so the timed runs read from HBM, not from L2, in
-    // at most a quarter of the device's memory.
-    const int64_t set_bytes = std::max<int64_t>(MinBytesMoved(p), 1);
-    const int sets = static_cast<int>(std::max<int64_t>(
-        1, std::min<int64_t>(BenchmarkBufferSets(p, opts, 64),
-                             device_.memory_bytes / 4 / set_bytes)));
+    const int sets = BenchmarkSets(MinBytesMoved(p), opts);
     DeviceBuffers bufs{l.stream, {}};
     std::vector<Operands> ops(sets);
     for (int s = 0; s < sets; ++s) {
@@ -524,44 +552,127 @@ class CudaBackend final : public Backend {
     for (int i = 0; i < std::max(1, opts.warmup); ++i) {
       COALESCE_RETURN_IF_ERROR(v.Run(p, ops[i % sets], ctx));
     }
-    std::vector<cudaEvent_t> ev(opts.reps + 1);
-    for (cudaEvent_t& e : ev)
-      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-    // The timed repetitions are captured as one CUDA graph: its replay
-    // issues the kernels back to back with no host launch gap, so a short
-    // kernel's time is its own and not the CPU's launch rate.
-    absl::Status st = TimeReps(l, v, p, ops, ev, ctx);
-    std::vector<double> t;
-    for (int i = 0; st.ok() && i < opts.reps; ++i) {
-      float ms = 0;
-      st = cuda::CudaStatus(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]),
-                            "cudaEventElapsedTime", __FILE__, __LINE__);
-      t.push_back(ms * 1e-3);
-    }
-    for (cudaEvent_t e : ev) cudaEventDestroy(e);
-    COALESCE_RETURN_IF_ERROR(st);
-    return SummarizeBenchmark(std::move(t), sets, ctx.launch);
+    auto run = [&](int rep) {
+      ctx.launch = LaunchInfo{};
+      return v.Run(p, ops[rep % sets], ctx);
+    };
+    COALESCE_ASSIGN_OR_RETURN(RepTimes t, TimeReps(l, opts.reps, run));
+    return SummarizeBenchmark(std::move(t.per_launch), t.back_to_back, sets,
+                              ctx.launch);
   }
 
-  // Records ev[0], then each of ev.size() - 1 runs of v followed by its
-  // event, inside a captured graph replayed twice (the first replay warms
-  // the graph up); falls back to plain launches where capture fails.
-  absl::Status TimeReps(Lane& l, const KernelVariant& v, const Problem& p,
-                        const std::vector<Operands>& ops,
-                        const std::vector<cudaEvent_t>& ev, ExecContext& ctx) {
-    const int reps = static_cast<int>(ev.size()) - 1;
-    auto enqueue = [&]() -> absl::Status {
-      // External records become event nodes of a captured graph.
+  // Benchmark's protocol for a copy of bytes (BenchmarkCopy): each of the
+  // copy kernels timed on its own, the faster back to back reported (as the
+  // start-up peak takes the better of them).
+  absl::StatusOr<BenchmarkResult> BenchmarkCopyOnLane(
+      Lane& l, int64_t bytes, const BenchmarkOptions& opts) {
+    const int sets = BenchmarkSets(2 * bytes, opts);
+    DeviceBuffers bufs{l.stream, {}};
+    std::vector<void*> in(sets), out(sets);
+    for (int s = 0; s < sets; ++s) {
+      COALESCE_ASSIGN_OR_RETURN(in[s], bufs.Alloc(bytes));
+      COALESCE_ASSIGN_OR_RETURN(out[s], bufs.Alloc(bytes));
+      // A copy's time does not depend on the bytes: set as the start-up
+      // peak's are, the outputs poisoned as a variant's.
       COALESCE_CUDA_RETURN_IF_ERROR(
-          cudaEventRecordWithFlags(ev[0], l.stream, cudaEventRecordExternal));
-      for (int i = 0; i < reps; ++i) {
-        ctx.launch = LaunchInfo{};
-        COALESCE_RETURN_IF_ERROR(v.Run(p, ops[i % ops.size()], ctx));
-        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
-            ev[i + 1], l.stream, cudaEventRecordExternal));
+          cudaMemsetAsync(in[s], 0x3c, bytes, l.stream));
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(out[s], 0xff, bytes, l.stream));
+    }
+    std::optional<BenchmarkResult> best;
+    for (int config = 0; config < cuda::kCopyConfigs; ++config) {
+      auto run = [&](int rep) {
+        return cuda::LaunchCopy(config, in[rep % sets], out[rep % sets], bytes,
+                                l.stream);
+      };
+      for (int i = 0; i < std::max(1, opts.warmup); ++i) {
+        COALESCE_RETURN_IF_ERROR(run(i));
+      }
+      COALESCE_ASSIGN_OR_RETURN(RepTimes t, TimeReps(l, opts.reps, run));
+      if (!best.has_value() || t.back_to_back < best->back_to_back_seconds) {
+        best = SummarizeBenchmark(std::move(t.per_launch), t.back_to_back, sets,
+                                  LaunchInfo{});
+      }
+    }
+    return *best;
+  }
+
+  // Timing events, destroyed on every exit path.
+  struct Events {
+    std::vector<cudaEvent_t> ev;
+    ~Events() {
+      for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    }
+    absl::Status Create(int n) {
+      for (int i = 0; i < n; ++i) {
+        cudaEvent_t e = nullptr;
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+        ev.push_back(e);
       }
       return absl::OkStatus();
+    }
+    absl::StatusOr<double> Seconds(int from, int to) const {
+      float ms = 0;
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventElapsedTime(&ms, ev[from], ev[to]));
+      return ms * 1e-3;
+    }
+  };
+
+  struct RepTimes {
+    std::vector<double> per_launch;  // seconds of each run, in order
+    double back_to_back = 0;         // mean seconds per run
+  };
+
+  // Times reps runs of run(rep) on the lane's stream, two ways: an event,
+  // then each run followed by its event (per launch); then an event, reps
+  // more runs with nothing between them, and an event (back to back). rep
+  // counts on through both parts, 0 to 2 reps - 1, for run to rotate its
+  // buffer sets by, so the back-to-back runs do not find the per-launch
+  // ones' data in L2. Both parts are captured as one CUDA graph, replayed
+  // twice (the first replay warms the graph up): the graph issues the runs
+  // with no host launch gap, so even the per-launch times are the GPU's and
+  // not the CPU's launch rate. Falls back to plain launches where capture
+  // fails (then the back-to-back runs are back to back only as far as the
+  // host enqueues them faster than they run).
+  absl::StatusOr<RepTimes> TimeReps(
+      Lane& l, int reps, absl::FunctionRef<absl::Status(int rep)> run) {
+    RepTimes t;
+    if (reps <= 0) return t;
+    // ev[0..reps]: per launch; ev[reps + 1], ev[reps + 2]: back to back.
+    Events events;
+    COALESCE_RETURN_IF_ERROR(events.Create(reps + 3));
+    auto record = [&](int i) {
+      // External records become event nodes of a captured graph.
+      return cuda::CudaStatus(cudaEventRecordWithFlags(events.ev[i], l.stream,
+                                                       cudaEventRecordExternal),
+                              "cudaEventRecordWithFlags", __FILE__, __LINE__);
     };
+    auto enqueue = [&]() -> absl::Status {
+      COALESCE_RETURN_IF_ERROR(record(0));
+      for (int i = 0; i < reps; ++i) {
+        COALESCE_RETURN_IF_ERROR(run(i));
+        COALESCE_RETURN_IF_ERROR(record(i + 1));
+      }
+      COALESCE_RETURN_IF_ERROR(record(reps + 1));
+      for (int i = 0; i < reps; ++i) COALESCE_RETURN_IF_ERROR(run(reps + i));
+      return record(reps + 2);
+    };
+    COALESCE_RETURN_IF_ERROR(ReplayCaptured(l, enqueue));
+    for (int i = 0; i < reps; ++i) {
+      COALESCE_ASSIGN_OR_RETURN(double s, events.Seconds(i, i + 1));
+      t.per_launch.push_back(s);
+    }
+    COALESCE_ASSIGN_OR_RETURN(double all, events.Seconds(reps + 1, reps + 2));
+    t.back_to_back = all / reps;
+    return t;
+  }
+
+  // Runs what enqueue puts on the lane's stream as a captured graph,
+  // launched twice, and waits for it; enqueues it plainly where capture
+  // fails.
+  absl::Status ReplayCaptured(Lane& l,
+                              absl::FunctionRef<absl::Status()> enqueue) {
     cudaGraph_t graph = nullptr;
     COALESCE_CUDA_RETURN_IF_ERROR(
         cudaStreamBeginCapture(l.stream, cudaStreamCaptureModeThreadLocal));

@@ -4,16 +4,31 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.h"
 
 namespace coalesce::cuda {
 namespace {
 
+// The tail bytes past n whole vectors (fewer than 16), copied by the first
+// thread of the grid: a byte loop not worth a launch of its own.
+__device__ __forceinline__ void CopyTail(const uint4* __restrict__ in,
+                                         uint4* __restrict__ out, int64_t n,
+                                         int tail) {
+  if (tail > 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+    const char* src = reinterpret_cast<const char*>(in + n);
+    char* dst = reinterpret_cast<char*>(out + n);
+    for (int b = 0; b < tail; ++b) dst[b] = src[b];
+  }
+}
+
 // Four independent 16-byte loads in flight per thread before the stores:
 // enough bytes in flight to saturate HBM (Little's law), as a tuned copy does.
-__global__ void CopyKernel(const uint4* __restrict__ in, uint4* __restrict__ out,
-                           int64_t n) {
+__global__ void CopyKernel(const uint4* __restrict__ in,
+                           uint4* __restrict__ out, int64_t n, int tail) {
+  CopyTail(in, out, n, tail);
   constexpr int kUnroll = 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -42,7 +57,9 @@ __device__ __forceinline__ uint64_t Mix(uint64_t x) {
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
 template <>
 __device__ __forceinline__ __half FromFloat<__half>(float v) {
   return __float2half_rn(v);
@@ -63,18 +80,50 @@ __global__ void FillKernel(T* __restrict__ out, int64_t n, uint64_t seed) {
   }
 }
 
-}  // namespace
-
 // One element per thread over a full grid: the other common copy shape.
 __global__ void CopyFlatKernel(const uint4* __restrict__ in,
-                               uint4* __restrict__ out, int64_t n) {
+                               uint4* __restrict__ out, int64_t n, int tail) {
+  CopyTail(in, out, n, tail);
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = in[i];
 }
 
+}  // namespace
+
+absl::Status LaunchCopy(int config, const void* in, void* out, int64_t bytes,
+                        cudaStream_t stream) {
+  if (config < 0 || config >= kCopyConfigs || bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "copy config ", config, " of ", bytes, " bytes: configs are 0..",
+        kCopyConfigs - 1, ", bytes >= 0"));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  const int64_t n = bytes / 16;
+  const int tail = static_cast<int>(bytes % 16);
+  const auto* src = static_cast<const uint4*>(in);
+  auto* dst = static_cast<uint4*>(out);
+  constexpr int kThreads = 256;
+  if (config == 0) {
+    // A device attribute read is a lookup in the runtime's cache, cheap
+    // enough for every launch (and allowed while a stream is captured).
+    int sms = 0, dev = 0;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    COALESCE_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    // Enough resident blocks to fill every SM several times over.
+    CopyKernel<<<sms * 8, kThreads, 0, stream>>>(src, dst, n, tail);
+  } else {
+    // At least one block, for a copy of the tail alone.
+    const int64_t blocks = std::max<int64_t>(1, (n + kThreads - 1) / kThreads);
+    CopyFlatKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        src, dst, n, tail);
+  }
+  COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes, int reps,
                                             cudaStream_t stream) {
-  bytes &= ~int64_t{15};
   void* a = nullptr;
   void* b = nullptr;
   COALESCE_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&a, bytes, stream));
@@ -83,42 +132,27 @@ absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes, int reps,
   cudaEvent_t start, stop;
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  int sms = 0, dev = 0;
-  COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-  COALESCE_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t n = bytes / 16;
-  const int threads = 256;
-  auto launch = [&](int config) {
-    if (config == 0) {
-      // Enough resident blocks to fill every SM several times over.
-      CopyKernel<<<sms * 8, threads, 0, stream>>>(
-          static_cast<const uint4*>(a), static_cast<uint4*>(b), n);
-    } else {
-      CopyFlatKernel<<<static_cast<unsigned>((n + threads - 1) / threads),
-                       threads, 0, stream>>>(static_cast<const uint4*>(a),
-                                             static_cast<uint4*>(b), n);
-    }
-  };
   // The clocks ramp up from idle over tens of milliseconds: warm up for
   // about 200 ms of copying before timing, or the peak reads low (seen on
   // the H200: 3.77 TB/s after two warm-up copies, 4.1+ after this).
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
-  for (int i = 0; i < 8; ++i) launch(0);
+  for (int i = 0; i < 8; ++i) {
+    COALESCE_RETURN_IF_ERROR(LaunchCopy(0, a, b, bytes, stream));
+  }
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
   float probe_ms = 1;
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&probe_ms, start, stop));
   const int warm = static_cast<int>(std::min(2000.0, 200.0 / (probe_ms / 8)));
-  for (int i = 0; i < warm; ++i) launch(i & 1);
-  COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+  for (int i = 0; i < warm; ++i) {
+    COALESCE_RETURN_IF_ERROR(LaunchCopy(i % kCopyConfigs, a, b, bytes, stream));
+  }
   double best = 0;
-  for (int config = 0; config < 2; ++config) {
+  for (int config = 0; config < kCopyConfigs; ++config) {
     std::vector<float> ms;
     for (int i = 0; i < reps; ++i) {
       COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
-      launch(config);
-      COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+      COALESCE_RETURN_IF_ERROR(LaunchCopy(config, a, b, bytes, stream));
       COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
       COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
       float t = 0;
@@ -126,8 +160,8 @@ absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes, int reps,
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    best = std::max(best, 2.0 * static_cast<double>(bytes) /
-                              (ms[ms.size() / 2] * 1e-3));
+    best = std::max(
+        best, 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3));
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
