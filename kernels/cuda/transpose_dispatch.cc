@@ -44,8 +44,9 @@ double TransposeEfficiency(TransposeKernel k, const TransposeShape& s) {
   // Measured on the H200 (bench/results/h200, 8192^2 and 16384^2, fraction
   // of the copy peak): naive 0.13 fp32 / 0.07 16-bit (one element per
   // 32-byte sector written); unpadded tile 0.45 / 0.40 (32-way conflicts);
-  // padded 0.80 / 0.42; vec16 and vec16_wide 0.86-0.90 / 0.80-0.86;
-  // small_dim 0.75-0.88 on 2^26-record AoS.
+  // padded 0.80 / 0.42; vec16 and vec16_wide 0.90-0.93 / 0.84-0.90;
+  // small_dim on 2^26-record AoS: 0.87-1.00 on its register path, 0.64-0.88
+  // on its shared-memory path (lengths that are not whole 16-byte vectors).
   switch (k) {
     case TransposeKernel::kNaive:
       return s.elem_bytes == 4 ? 0.13 : 0.07;
@@ -55,13 +56,14 @@ double TransposeEfficiency(TransposeKernel k, const TransposeShape& s) {
       return (s.elem_bytes == 4 ? 0.8 : 0.42) *
              TileUtilization(s.rows, s.cols, 32, 32);
     case TransposeKernel::kVec16:
-      return 0.89 *
-             TileUtilization(s.rows, s.cols, s.elem_bytes == 4 ? 64 : 128, 32);
-    case TransposeKernel::kVec16Wide:
-      return 0.88 *
-             TileUtilization(s.rows, s.cols, s.elem_bytes == 4 ? 64 : 128, 64);
+    case TransposeKernel::kVec16Wide: {
+      const bool wide = k == TransposeKernel::kVec16Wide;
+      const Vec16Tile t = Vec16TileOf(s, wide);
+      return (wide ? 0.88 : 0.89) *
+             TileUtilization(s.rows, s.cols, t.rows, t.cols);
+    }
     case TransposeKernel::kSmallDim:
-      return 0.82;
+      return SmallDimInRegisters(s) ? 0.95 : 0.8;
   }
   return 0.1;
 }
@@ -70,9 +72,9 @@ absl::Status LaunchTranspose(TransposeKernel k, const TransposeShape& s,
                              const void* in, void* out, ExecContext& ctx) {
   switch (k) {
     case TransposeKernel::kVec16:
-      return LaunchTransposeVec16(s, 32, in, out, ctx);
+      return LaunchTransposeVec16(s, /*wide=*/false, in, out, ctx);
     case TransposeKernel::kVec16Wide:
-      return LaunchTransposeVec16(s, 64, in, out, ctx);
+      return LaunchTransposeVec16(s, /*wide=*/true, in, out, ctx);
     case TransposeKernel::kSmallDim:
       return LaunchTransposeSmallDim(s, in, out, ctx);
     default:

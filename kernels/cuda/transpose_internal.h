@@ -11,11 +11,17 @@ inline constexpr int kMaxRank = ::coalesce::kMaxRank;
 // kNaive, kSmemTiled, kSmemPadded (transpose_basic.cu).
 absl::Status LaunchTransposeBasic(TransposeKernel k, const TransposeShape& s,
                                   const void* in, void* out, ExecContext& ctx);
-// Tiles of 64 word-rows by cols (32 or 64) input columns
-// (transpose_vec16.cu).
-absl::Status LaunchTransposeVec16(const TransposeShape& s, int cols,
+// transpose_vec16.cu: tiles of Vec16TileOf's element rows x columns.
+struct Vec16Tile {
+  int rows, cols;
+};
+Vec16Tile Vec16TileOf(const TransposeShape& s, bool wide);
+absl::Status LaunchTransposeVec16(const TransposeShape& s, bool wide,
                                   const void* in, void* out, ExecContext& ctx);
-// transpose_small_dim.cu.
+// transpose_small_dim.cu. SmallDimInRegisters: whether s takes the
+// register path (a short side of 2 or more, the long side whole 16-byte
+// vectors) rather than the shared-memory one.
+bool SmallDimInRegisters(const TransposeShape& s);
 absl::Status LaunchTransposeSmallDim(const TransposeShape& s, const void* in,
                                      void* out, ExecContext& ctx);
 

@@ -1,12 +1,25 @@
 // Batched transpose where one side is short (S <= 16): NCHW <-> NHWC for
 // image inputs (C = 3, 4) and AoS <-> SoA for records of 2..16 fields.
 // A square 32x32 tile would waste most of each transaction here (a row of
-// C = 3 elements is 12 bytes). Instead a block takes a chunk of T positions
-// along the long side: on one side that chunk is one contiguous run of S*T
-// elements (the "flat" side), on the other it is S contiguous runs of T
-// elements, L apart (the "segmented" side). Both are read or written with
-// 16-byte vectors where aligned, so both sides stay coalesced; the gather
-// between them happens in shared memory, s[k][j] with a row pitch chosen
+// C = 3 elements is 12 bytes). Instead each side is moved in 16-byte
+// vectors: on one side a run of positions is one contiguous stretch of
+// S * T elements (the "flat" side), on the other it is S runs of T
+// elements, L apart (the "segmented" side).
+//
+// Register path (the long side L a whole number of 16-byte vectors): a
+// thread owns one "unit" of kV = 16 / sizeof(T) positions, i.e. S 16-byte
+// vectors on either side: S consecutive vectors of the flat run, and one
+// vector from each of the S segmented runs. The S x kV transpose between
+// them happens in registers with compile-time indices (moves for 4-byte
+// elements, one byte permute per output word for 2-byte ones), so no
+// shared memory, no barrier and no per-element index arithmetic. The
+// segmented side is coalesced per instruction (lane i takes vector i of a
+// run); the flat side is coalesced across the thread's S accesses (the warp
+// covers 32 * S * 16 contiguous bytes; L1 holds the lines for the loads,
+// L2 merges the stores' sector halves). S is a template parameter (2..16).
+//
+// Shared-memory path (other L): a block takes a chunk of T positions, the
+// gather happens in shared memory, s[k][j] with a row pitch chosen
 // congruent to ceil(32/S) mod 32 so that a warp's 32 consecutive flat
 // elements (k = f % S, j = f / S) fall in distinct banks.
 #include <cuda_runtime.h>
@@ -120,7 +133,8 @@ __global__ void __launch_bounds__(kThreads)
           T* e = reinterpret_cast<T*>(&x);
 #pragma unroll
           for (int u = 0; u < kV; ++u) e[u] = s[k * p.pitch + v * kV + u];
-          __stwb(reinterpret_cast<uint4*>(out + base + k * p.long_len + t0) + v, x);
+          __stwb(reinterpret_cast<uint4*>(out + base + k * p.long_len + t0) + v,
+                 x);
         }
       } else {
         for (int i = tid; i < p.s * tl; i += kThreads) {
@@ -152,6 +166,158 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Word i of the register path's flat-side vectors, as 2-byte halves: half
+// e of the flat run sits in word e / 2, half e % 2.
+__device__ __forceinline__ uint32_t PackHalves(uint32_t lo_word, int lo_half,
+                                               uint32_t hi_word, int hi_half) {
+  // __byte_perm selects bytes 0-3 from its first operand, 4-7 from its
+  // second: result = [lo half of lo_word | hi half of hi_word].
+  const unsigned sel = (2 * lo_half) | (2 * lo_half + 1) << 4 |
+                       (4 + 2 * hi_half) << 8 | (5 + 2 * hi_half) << 12;
+  return __byte_perm(lo_word, hi_word, sel);
+}
+
+// The register path's block: small, so that the flat-output staging
+// buffer (36 * S vectors per warp) fits static shared memory up to S = 16.
+constexpr int kRegsThreads = 128;
+
+// Slot of flat vector e in a warp's staging buffer: one pad vector every 8
+// (a shared-memory wavefront is 8 lanes x 16 bytes), so the lane-major
+// writes (e = lane * S + i) spread over the 8 bank groups for S = 2, 3, 4,
+// 5, 7, 8, ... and the coalesced reads (e = 32 * i + lane) never conflict.
+__device__ __forceinline__ int StageSlot(int e) { return e + e / 8; }
+
+// One unit (16 / kElemBytes positions) per thread; blockIdx.y (strided by
+// gridDim.y) is the batch. kFlatIn: the flat run is the input (cols = S:
+// AoS -> SoA, NHWC -> NCHW); it is read by each thread directly (its S
+// vectors are contiguous; L1 holds the lines between the S loads). A flat
+// output goes through a per-warp staging buffer so that every store
+// instruction writes 512 contiguous bytes: stored directly, at a stride of
+// S * 16 bytes, the sector halves cost 25-50% of the bandwidth (ncu: twice
+// the L2 write sectors).
+template <int kElemBytes, int S, bool kFlatIn>
+__global__ void __launch_bounds__(kRegsThreads)
+    SmallDimRegsKernel(const uint4* __restrict__ in, uint4* __restrict__ out,
+                       int64_t batch, int64_t units) {
+  constexpr int kStageVecs = kFlatIn ? 1 : 32 * S + 4 * S;
+  __shared__ uint4 stage[kRegsThreads / 32][kStageVecs];
+  const int lane = threadIdx.x & 31;
+  const int64_t warp_unit0 =
+      blockIdx.x * static_cast<int64_t>(kRegsThreads) + (threadIdx.x & ~31);
+  const int64_t unit = warp_unit0 + lane;
+  if (warp_unit0 >= units) return;  // whole warps only: __syncwarp below
+  const bool valid = unit < units;
+  uint4* my_stage = stage[threadIdx.x / 32];
+  // Flat words f[0 .. 4S), segmented words g[4k .. 4k + 4) of field k.
+  uint32_t f[4 * S], g[4 * S];
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    // In vectors: a batch is units * S of them on either side; the flat
+    // run of this unit starts at vector unit * S, field k's segment at
+    // k * units + unit.
+    const int64_t base = b * units * S;
+    if constexpr (kFlatIn) {
+      if (!valid) return;
+#pragma unroll
+      for (int i = 0; i < S; ++i) {
+        const uint4 v = in[base + unit * S + i];
+        f[4 * i] = v.x, f[4 * i + 1] = v.y, f[4 * i + 2] = v.z,
+              f[4 * i + 3] = v.w;
+      }
+    } else if (valid) {
+#pragma unroll
+      for (int k = 0; k < S; ++k) {
+        const uint4 v = in[base + k * units + unit];
+        g[4 * k] = v.x, g[4 * k + 1] = v.y, g[4 * k + 2] = v.z,
+              g[4 * k + 3] = v.w;
+      }
+    }
+    // Position p of field k is flat element p * S + k.
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        if constexpr (kElemBytes == 4) {
+          if constexpr (kFlatIn) {
+            g[4 * k + w] = f[w * S + k];
+          } else {
+            f[w * S + k] = g[4 * k + w];
+          }
+        } else if constexpr (kFlatIn) {
+          // Segmented word w of field k: positions 2w and 2w + 1.
+          const int lo = 2 * w * S + k, hi = (2 * w + 1) * S + k;
+          g[4 * k + w] = PackHalves(f[lo / 2], lo % 2, f[hi / 2], hi % 2);
+        }
+      }
+    }
+    if constexpr (kElemBytes == 2 && !kFlatIn) {
+      // Flat word i: flat elements 2i and 2i + 1, each (position e / S,
+      // field e % S), found in segmented word 4 * field + position / 2.
+#pragma unroll
+      for (int i = 0; i < 4 * S; ++i) {
+        const int lo = 2 * i, hi = 2 * i + 1;
+        f[i] = PackHalves(g[4 * (lo % S) + lo / S / 2], (lo / S) % 2,
+                          g[4 * (hi % S) + hi / S / 2], (hi / S) % 2);
+      }
+    }
+    if constexpr (kFlatIn) {
+#pragma unroll
+      for (int k = 0; k < S; ++k) {
+        __stwb(out + base + k * units + unit,
+               make_uint4(g[4 * k], g[4 * k + 1], g[4 * k + 2], g[4 * k + 3]));
+      }
+    } else {
+      // The warp's 32 units are one contiguous flat stretch of 32 * S
+      // vectors: stage lane-major, store vector-major.
+#pragma unroll
+      for (int i = 0; i < S; ++i) {
+        my_stage[StageSlot(lane * S + i)] =
+            make_uint4(f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]);
+      }
+      __syncwarp();
+      const int64_t flat_end = (units - warp_unit0) * S;  // vectors in range
+#pragma unroll
+      for (int i = 0; i < S; ++i) {
+        const int e = 32 * i + lane;
+        if (e < flat_end) {
+          __stwb(out + base + warp_unit0 * S + e, my_stage[StageSlot(e)]);
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+template <int kElemBytes, int S>
+absl::Status LaunchSmallDimRegs(const TransposeShape& sh, const void* in,
+                                void* out, ExecContext& ctx) {
+  constexpr int kV = 16 / kElemBytes;
+  const bool flat_in = sh.cols <= sh.rows;
+  const int64_t long_len = flat_in ? sh.rows : sh.cols;
+  const int64_t units = long_len / kV;
+  const dim3 block(kRegsThreads);
+  const dim3 grid(static_cast<unsigned>(CeilDiv(units, kRegsThreads)),
+                  static_cast<unsigned>(std::min<int64_t>(sh.batch, 65535)));
+  auto* kernel = flat_in ? SmallDimRegsKernel<kElemBytes, S, true>
+                         : SmallDimRegsKernel<kElemBytes, S, false>;
+  kernel<<<grid, block, 0, StreamOf(ctx)>>>(
+      static_cast<const uint4*>(in), static_cast<uint4*>(out), sh.batch, units);
+  RecordLaunch(kernel, grid, block, 0, ctx);
+  COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+// S from 2 to kSmallDimMax, as a template argument.
+template <int kElemBytes, int S = 2>
+absl::Status DispatchSmallDimRegs(int s, const TransposeShape& sh,
+                                  const void* in, void* out, ExecContext& ctx) {
+  if (s == S) return LaunchSmallDimRegs<kElemBytes, S>(sh, in, out, ctx);
+  if constexpr (S < kSmallDimMax) {
+    return DispatchSmallDimRegs<kElemBytes, S + 1>(s, sh, in, out, ctx);
+  } else {
+    return absl::InternalError("small_dim: short side out of range");
+  }
+}
+
 template <typename T>
 absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
                                  void* out, ExecContext& ctx) {
@@ -163,8 +329,8 @@ absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
   p.long_len = p.short_cols ? sh.rows : sh.cols;
   // T: a multiple of 32 (keeps 16-byte alignment of every chunk), about
   // kChunkBytes / (S * sizeof(T)).
-  p.t_len = std::max(
-      32, (kChunkBytes / static_cast<int>(sizeof(T)) / p.s) / 32 * 32);
+  p.t_len =
+      std::max(32, (kChunkBytes / static_cast<int>(sizeof(T)) / p.s) / 32 * 32);
   const int want = (32 + p.s - 1) / p.s % 32;  // pitch mod 32
   p.pitch = p.t_len + want;
   p.chunks_per_batch = CeilDiv(p.long_len, p.t_len);
@@ -187,8 +353,20 @@ absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
 
 }  // namespace
 
+bool SmallDimInRegisters(const TransposeShape& s) {
+  const int64_t long_side = std::max(s.rows, s.cols);
+  return std::min(s.rows, s.cols) >= 2 &&
+         (long_side * s.elem_bytes) % 16 == 0 &&
+         CeilDiv(long_side * s.elem_bytes / 16, kRegsThreads) <= 0x7fffffff;
+}
+
 absl::Status LaunchTransposeSmallDim(const TransposeShape& s, const void* in,
                                      void* out, ExecContext& ctx) {
+  if (SmallDimInRegisters(s)) {
+    const int sd = static_cast<int>(std::min(s.rows, s.cols));
+    return s.elem_bytes == 4 ? DispatchSmallDimRegs<4>(sd, s, in, out, ctx)
+                             : DispatchSmallDimRegs<2>(sd, s, in, out, ctx);
+  }
   return s.elem_bytes == 4 ? LaunchSmallDimTyped<uint32_t>(s, in, out, ctx)
                            : LaunchSmallDimTyped<uint16_t>(s, in, out, ctx);
 }

@@ -8,7 +8,7 @@
 
 namespace coalesce::cuda {
 
-// transpose.cuda.{naive,smem_tiled,smem_padded,vec16,vec16_tall,small_dim}
+// transpose.cuda.{naive,smem_tiled,smem_padded,vec16,vec16_wide,small_dim}
 std::unique_ptr<KernelVariant> MakeTransposeVariant(TransposeKernel k);
 
 // convert_layout.cuda.{naive,tiled}: any permutation.
