@@ -93,27 +93,6 @@ constexpr int MinBlocksFor(int threads, int vecs, bool vector) {
                       threads);
 }
 
-// One row of a pipelined block from raw[kBuf], prefetching the block's next
-// row into the other buffer; advances row and says whether one is left.
-template <typename Io, int kThreads, int kVecs, bool kTanh, int kBuf>
-__device__ __forceinline__ bool PipelinedRow(
-    const Args& a, int64_t& row, gelu_ln::RawRow<kVecs> (&raw)[2],
-    const gelu_ln::BlockReducer<kThreads>& reduce) {
-  float v[kVecs][Io::kPack];
-  float r[kVecs][Io::kPack];
-  gelu_ln::UnpackRawRow<Io>(raw[kBuf], v, r);
-  const int64_t next = row + gridDim.x;
-  gelu_ln::GeluLnRowFrom<Io, kVecs, true, kTanh, kThreads>(
-      a, row, threadIdx.x, v, r, reduce, [&] {
-        if (next < a.rows) {
-          gelu_ln::LoadRawRow<Io, kVecs, kThreads>(a, next, threadIdx.x,
-                                                   raw[1 - kBuf]);
-        }
-      });
-  row = next;
-  return row < a.rows;
-}
-
 template <typename Io, int kThreads, int kVecs, bool kVector, bool kTanh>
 __global__ void __launch_bounds__(kThreads,
                                   MinBlocksFor(kThreads, kVecs, kVector))
@@ -122,13 +101,8 @@ __global__ void __launch_bounds__(kThreads,
   const gelu_ln::BlockReducer<kThreads> reduce{partial};
   // Loop bounds are uniform per block, as the barriers require.
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
-    gelu_ln::RawRow<kVecs> raw[2];  // indexed by constants only: registers
-    int64_t row = blockIdx.x;
-    if (row >= a.rows) return;
-    gelu_ln::LoadRawRow<Io, kVecs, kThreads>(a, row, threadIdx.x, raw[0]);
-    while (PipelinedRow<Io, kThreads, kVecs, kTanh, 0>(a, row, raw, reduce) &&
-           PipelinedRow<Io, kThreads, kVecs, kTanh, 1>(a, row, raw, reduce)) {
-    }
+    gelu_ln::PipelinedRows<Io, kVecs, kTanh, kThreads>(a, blockIdx.x, gridDim.x,
+                                                       threadIdx.x, reduce);
   } else {
     for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
       gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, kThreads>(
@@ -143,12 +117,7 @@ absl::Status LaunchBlock(const Args& a, ExecContext& ctx) {
   int64_t blocks = a.rows;
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
     // As many blocks as are resident at once, each looping over rows.
-    static const int per_sm = ResidentBlocksPerSm(kernel, kThreads, 0);
-    blocks = std::min<int64_t>(
-        blocks,
-        static_cast<int64_t>(per_sm) *
-            std::max(ctx.device != nullptr ? ctx.device->multiprocessors : 1,
-                     1));
+    blocks = PersistentGrid(kernel, kThreads, 0, ctx, a.rows);
   }
   const dim3 block(kThreads);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, 0x7fffffff)));

@@ -555,4 +555,43 @@ __device__ __forceinline__ void UnpackRawRow(const RawRow<kVecs>& raw,
   }
 }
 
+// One row of a pipelined kernel (persistent: kStride threads take rows
+// row, row + row_step, ...; t is this thread's index among them) from
+// raw[kBuf], prefetching the next row into the other buffer while this one
+// is reduced, normalized and stored; advances row and says whether one is
+// left. Callers alternate kBuf = 0, 1 so raw is indexed by constants only
+// and stays in registers.
+template <typename Io, int kVecs, bool kTanh, int kStride, int kBuf,
+          typename Reducer>
+__device__ __forceinline__ bool PipelinedRow(const Args& a, int64_t& row,
+                                             int64_t row_step, int t,
+                                             RawRow<kVecs> (&raw)[2],
+                                             const Reducer& reduce) {
+  float v[kVecs][Io::kPack];
+  float r[kVecs][Io::kPack];
+  UnpackRawRow<Io>(raw[kBuf], v, r);
+  const int64_t next = row + row_step;
+  GeluLnRowFrom<Io, kVecs, true, kTanh, kStride>(a, row, t, v, r, reduce, [&] {
+    if (next < a.rows)
+      LoadRawRow<Io, kVecs, kStride>(a, next, t, raw[1 - kBuf]);
+  });
+  row = next;
+  return row < a.rows;
+}
+
+// Rows row, row + row_step, ... < a.rows, pipelined (see PipelinedRow).
+template <typename Io, int kVecs, bool kTanh, int kStride, typename Reducer>
+__device__ __forceinline__ void PipelinedRows(const Args& a, int64_t row,
+                                              int64_t row_step, int t,
+                                              const Reducer& reduce) {
+  if (row >= a.rows) return;
+  RawRow<kVecs> raw[2];
+  LoadRawRow<Io, kVecs, kStride>(a, row, t, raw[0]);
+  while (PipelinedRow<Io, kVecs, kTanh, kStride, 0>(a, row, row_step, t, raw,
+                                                    reduce) &&
+         PipelinedRow<Io, kVecs, kTanh, kStride, 1>(a, row, row_step, t, raw,
+                                                    reduce)) {
+  }
+}
+
 }  // namespace coalesce::cuda::gelu_ln

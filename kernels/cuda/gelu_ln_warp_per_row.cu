@@ -4,13 +4,16 @@
 // warp shuffles with no shared memory and no barrier. Packs of 16 bytes
 // where every row is 16-byte aligned, coalesced scalar accesses otherwise.
 //
-// ptxas (sm_90, CUDA 13.0, -Xptxas -v): 0-byte stack frames, no spills, no
-// shared memory; registers per thread by slots per lane (slots of 4 float32
-// or 8 16-bit elements), erf / tanh where they differ:
-//   float32 vector, 1/2/4/8 slots:  28/32, 37/32, 56, 96
-//   float32 scalar, 1/2/4/8 slots:  32, 40/48, 64, 119
-//   16-bit vector, 1/2/4 slots:     31/32, 55/48, 96
-//   16-bit scalar, 1/2/4 slots:     40, 64, 109-110
+// ptxas (sm_90, CUDA 13.0, -Xptxas -v): no shared memory; registers per
+// thread by slots per lane (slots of 4 float32 or 8 16-bit elements; the
+// smallest count that holds the row), "p": pipelined (see Pipelined):
+//   float32 vector, 1-4 slots p:  56, 80-84, 110, 168
+//   float32 vector, 5-8 slots:    64, 72, 80, 96
+//   float32 scalar, 1-8 slots:    40, 48, 56, 64, 72, 72, 107, 118
+//   16-bit vector, 1-4 slots p:   56-75, 96-104, 128, 168-198
+//   16-bit scalar, 1-4 slots:     48-61, 56-64, 80, 113
+// Spills of 8 to 20 bytes in a few vector instances (float32 2, 4 and 5
+// slots, 16-bit 1, 3 and 4), none elsewhere.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,8 +37,9 @@ constexpr int kThreads = 32 * kWarpsPerBlock;
 // The heuristic's efficiencies: the fraction of the copy roofline a
 // one-pass, register-resident row reaches, less for the scalar path (four
 // or eight times the memory instructions). Measured on the H200
-// (docs/PERFORMANCE.md, GELU-LayerNorm): 0.69-0.79 in float32 and
-// 0.45-0.51 in 16-bit types for 8192-16384 rows of 768 and 1024.
+// (docs/PERFORMANCE.md, GELU-LayerNorm, per launch): 0.68-0.79 in float32
+// and, pipelined, 0.49-0.68 in 16-bit types for 8192-16384 rows of 768 and
+// 1024.
 constexpr double kVectorEfficiency = 0.8;
 constexpr double kScalarEfficiency = 0.6;
 // With fewer rows than kRowsPerSm per SM and rows of kFewRowsMinHidden or
@@ -48,38 +52,58 @@ constexpr int64_t kRowsPerSm = 4;
 constexpr int64_t kFewRowsMinHidden = 256;
 constexpr double kFewRowsFactor = 0.5;
 
+// Pipelined instances (vector layout, at most 4 slots per lane: 16-bit rows
+// up to 1024, float32 up to 512) are persistent: each warp takes rows w,
+// w + warps in the grid, ... and loads the next row's x and residual, as
+// raw packs, while it reduces, normalizes and stores the current one.
+// Without it, 16-bit rows of 768 and 1024 ran at 0.51-0.54 of the copy peak
+// with 20 warps per SM: each warp sat on one row's memory latency, then on
+// its ~900 instructions, with nothing in flight between rows. The prefetch
+// costs 8 registers per slot. (No minimum-blocks bound: an explicit one,
+// even 1, made ptxas take up to half again the registers everywhere, and a
+// 128-register cap spilled the 4-slot instances.)
+constexpr bool Pipelined(int vecs, bool vector) { return vector && vecs <= 4; }
+
 template <typename Io, int kVecs, bool kVector, bool kTanh>
 __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
   const int lane = threadIdx.x & 31;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  // The loop bound is uniform per warp, as the shuffles require.
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock +
-                     (threadIdx.x >> 5);
-       row < a.rows; row += stride) {
-    gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, 32>(a, row, lane,
-                                                      gelu_ln::WarpReducer{});
+  const int64_t first =
+      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  // Loop bounds are uniform per warp, as the shuffles require.
+  if constexpr (Pipelined(kVecs, kVector)) {
+    gelu_ln::PipelinedRows<Io, kVecs, kTanh, 32>(a, first, stride, lane,
+                                                 gelu_ln::WarpReducer{});
+  } else {
+    for (int64_t row = first; row < a.rows; row += stride) {
+      gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, 32>(a, row, lane,
+                                                        gelu_ln::WarpReducer{});
+    }
   }
 }
 
 template <typename Io, int kVecs, bool kVector, bool kTanh>
 absl::Status LaunchWarp(const Args& a, ExecContext& ctx) {
-  const dim3 block(kThreads);
-  const dim3 grid(static_cast<unsigned>(
-      std::min<int64_t>(CeilDiv(a.rows, kWarpsPerBlock), 0x7fffffff)));
   auto* kernel = GeluLnWarpKernel<Io, kVecs, kVector, kTanh>;
+  int64_t blocks = CeilDiv(a.rows, kWarpsPerBlock);
+  if constexpr (Pipelined(kVecs, kVector)) {
+    blocks = PersistentGrid(kernel, kThreads, 0, ctx, blocks);
+  }
+  const dim3 block(kThreads);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, 0x7fffffff)));
   kernel<<<grid, block, 0, StreamOf(ctx)>>>(a);
   RecordLaunch(kernel, grid, block, 0, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
 
-// The smallest power-of-two slot count per lane that holds the row: a row
-// of 768 float32 values takes 8 slots of 4, of which 6 are used.
+// The smallest slot count per lane that holds the row: a row of 768
+// 16-bit values takes 3 slots of 8, 768 float32 values 6 slots of 4.
 template <typename Io, bool kVector, bool kTanh, int kVecs = 1>
 absl::Status DispatchVecs(const Args& a, ExecContext& ctx) {
   if constexpr (kVecs * Io::kPack * 32 < kMaxHidden) {
     if (a.hidden > kVecs * Io::kPack * 32) {
-      return DispatchVecs<Io, kVector, kTanh, 2 * kVecs>(a, ctx);
+      return DispatchVecs<Io, kVector, kTanh, kVecs + 1>(a, ctx);
     }
   }
   return LaunchWarp<Io, kVecs, kVector, kTanh>(a, ctx);

@@ -34,6 +34,18 @@ int ResidentBlocksPerSm(Kernel* func, int threads, size_t smem_bytes) {
                              smem_bytes);
 }
 
+// The grid of a persistent kernel: ResidentBlocksPerSm blocks on every SM
+// of ctx's device, at most max_blocks (the work items), at least 1.
+int64_t PersistentGrid(const void* func, int threads, size_t smem_bytes,
+                       const ExecContext& ctx, int64_t max_blocks);
+
+template <typename Kernel>
+int64_t PersistentGrid(Kernel* func, int threads, size_t smem_bytes,
+                       const ExecContext& ctx, int64_t max_blocks) {
+  return PersistentGrid(reinterpret_cast<const void*>(func), threads,
+                        smem_bytes, ctx, max_blocks);
+}
+
 inline cudaStream_t StreamOf(const ExecContext& ctx) {
   return static_cast<cudaStream_t>(ctx.stream);
 }
