@@ -9,7 +9,9 @@
 #   sanitize  compute-sanitizer memcheck and racecheck over that suite
 #             (COALESCE_CONFORMANCE_OPS=gemm,... limits it to some ops;
 #             SANITIZE_TIMEOUT seconds per tool, default 240)
-#   ncu       Nsight Compute counters for one launch of the fast transposes
+#   ncu       Nsight Compute counters (DRAM, instructions, shared-memory
+#             wavefronts, sectors per request, stalls) for one launch of the
+#             transposes and layout kernels named in NCU_CASES
 #   bench     coalesce-bench kernels, PyTorch on the same cases in the same
 #             call, and the merged report (table last)
 #   sass      cuobjdump of the bundled kernels: HGMMA count per wgmma kernel
@@ -62,16 +64,21 @@ if has sanitize; then
   done
 fi
 if has ncu; then
-  echo "== ncu (first launch of transpose.cuda.vec16 at 8192^2)"
-  metrics=gpu__time_duration.sum,dram__bytes.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum
-  for dt in float32 bfloat16; do
-    ncu --clock-control none --kernel-name regex:'TransposeVec16' \
+  # One launch each of the transposes and layout kernels the targets hinge
+  # on (NCU_CASES overrides: "name ops dtype shape variant kernel-regex;...").
+  cases=${NCU_CASES:-"transpose-float32-8192 transpose float32 1,8192,8192 transpose.cuda.vec16\$ TransposeVec16;transpose-bfloat16-4096 transpose bfloat16 1,4096,4096 transpose.cuda.vec16\$ TransposeVec16;aos-float16-f3 convert_layout float16 67108864,3 small_dim SmallDim;soa-float16-f3 convert_layout float16 3,67108864 small_dim SmallDim;nchw-float16-c3 convert_layout float16 32,3,224,224 small_dim SmallDim;nchw-float32-c512 convert_layout float32 8,512,28,28 convert_layout.cuda.vec16\$ TransposeVec16"}
+  metrics=gpu__time_duration.sum,dram__bytes.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_write.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard,smsp__average_warp_latency_issue_stalled_barrier,smsp__average_warp_latency_issue_stalled_mio_throttle,smsp__average_warp_latency_issue_stalled_lg_throttle,smsp__average_warp_latency_issue_stalled_short_scoreboard,launch__grid_size,launch__registers_per_thread
+  IFS=';' read -ra list <<<"$cases"
+  for c in "${list[@]}"; do
+    read -r name op dt shape variant regex <<<"$c"
+    echo "== ncu $name ($variant)"
+    ncu --clock-control none --kernel-name regex:"$regex" \
       --launch-count 1 --metrics "$metrics" --csv \
-      "$bin/coalesce-bench" kernels --ops=transpose --dtypes=$dt \
-      --shape=1,8192,8192 --variants=vec16 --reps=1 --warmup=0 \
-      >"$out/ncu-transpose-$dt.csv" 2>"$out/ncu-transpose-$dt.err"
-    grep -E '"(gpu__time|dram__|sm__|l1tex)' "$out/ncu-transpose-$dt.csv" |
-      awk -F'","' '{print $5, $(NF-2), $NF}' | cut -c1-150
+      "$bin/coalesce-bench" kernels --ops="$op" --dtypes="$dt" \
+      --shape="$shape" --variants="$variant" --reps=1 --warmup=0 \
+      --check_max_elements=0 >"$out/ncu-$name.csv" 2>"$out/ncu-$name.err"
+    grep -E '"(gpu__|dram__|sm__|smsp__|l1tex|lts__|launch__)' \
+      "$out/ncu-$name.csv" | awk -F'","' '{print $(NF-2), $NF}' | tr -d '"'
   done
 fi
 if has sass; then
