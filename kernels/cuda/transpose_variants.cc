@@ -39,6 +39,8 @@ KernelDoc DocOf(TransposeKernel k) {
   return {"unknown", ""};
 }
 
+constexpr double kSmallDimCallSeconds = 0.3e-6;
+
 TransposeShape ShapeOf(const TransposeProblem& p) {
   return {static_cast<int>(ElementSize(p.dtype)), p.batch, p.rows, p.cols};
 }
@@ -53,6 +55,15 @@ class TransposeVariant final
   absl::string_view description() const override {
     return DocOf(kernel_).description;
   }
+  double EstimateSeconds(const Problem& p,
+                         const DeviceInfo& dev) const override {
+    // small_dim's launch and index set-up cost more than naive's: on the
+    // H200 sweep's transposes of a few KB (bench/results/h200/
+    // selection-sweep) it ran a median 0.2-0.4 us slower, up to 1.5x, where
+    // byte counts cannot tell them apart.
+    return KernelVariant::EstimateSeconds(p, dev) +
+           (kernel_ == TransposeKernel::kSmallDim ? kSmallDimCallSeconds : 0);
+  }
 
  protected:
   absl::Status CanImplementTyped(const TransposeProblem& p,
@@ -60,8 +71,7 @@ class TransposeVariant final
     return TransposeSupports(kernel_, ShapeOf(p));
   }
   double Efficiency(const Problem& p, const DeviceInfo&) const override {
-    return TransposeEfficiency(kernel_,
-                               ShapeOf(std::get<TransposeProblem>(p)));
+    return TransposeEfficiency(kernel_, ShapeOf(std::get<TransposeProblem>(p)));
   }
   absl::Status RunTyped(const TransposeProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {
