@@ -409,6 +409,15 @@ class ScrambledResidentBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // Its writer, as a GPU's, leaves each piece in flight: the pieces land
+  // only at Finish (or in the destructor), so a server path that used a
+  // tensor before finishing its writer would read unwritten bytes.
+  std::unique_ptr<ResidentWriter> OpenResidentWriter(
+      void* resident, int64_t resident_bytes) override {
+    return std::make_unique<DeferredWriter>(this, resident, resident_bytes);
+  }
+
+  int64_t writers_finished() const { return writers_finished_; }
   int64_t bytes_to_resident() const { return to_resident_; }
   int64_t bytes_from_resident() const { return from_resident_; }
   std::vector<MemorySpace> input_spaces() const {
@@ -437,6 +446,44 @@ class ScrambledResidentBackend final : public Backend {
   }
 
  private:
+  class DeferredWriter final : public ResidentWriter {
+   public:
+    DeferredWriter(ScrambledResidentBackend* backend, void* base, int64_t size)
+        : backend_(backend), base_(base), size_(size) {}
+    // Lands what is left, uncounted: a writer dropped unfinished still
+    // leaves the memory written before it is freed, as the CUDA writer's
+    // destructor waits.
+    ~DeferredWriter() override { Land().IgnoreError(); }
+    absl::Status Write(int64_t offset, const void* src,
+                       int64_t bytes) override {
+      COALESCE_RETURN_IF_ERROR(
+          CheckResidentRange("DeferredWriter", size_, offset, bytes));
+      pieces_.emplace_back(offset, std::string(static_cast<const char*>(src),
+                                               static_cast<size_t>(bytes)));
+      return absl::OkStatus();
+    }
+    absl::Status Finish() override {
+      COALESCE_RETURN_IF_ERROR(Land());
+      ++backend_->writers_finished_;
+      return absl::OkStatus();
+    }
+
+   private:
+    absl::Status Land() {
+      for (const auto& [offset, bytes] : pieces_) {
+        COALESCE_RETURN_IF_ERROR(backend_->CopyToResident(
+            base_, size_, offset, bytes.data(), bytes.size()));
+      }
+      pieces_.clear();
+      return absl::OkStatus();
+    }
+
+    ScrambledResidentBackend* const backend_;
+    void* const base_;
+    const int64_t size_;
+    std::vector<std::pair<int64_t, std::string>> pieces_;
+  };
+
   // XOR is its own inverse: scrambles and unscrambles.
   static void Unscramble(const void* src, void* dst, int64_t bytes) {
     const char* s = static_cast<const char*>(src);
@@ -459,6 +506,7 @@ class ScrambledResidentBackend final : public Backend {
   std::vector<MemorySpace> input_spaces_ ABSL_GUARDED_BY(mu_);
   std::vector<MemorySpace> output_spaces_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> to_resident_{0};
+  std::atomic<int64_t> writers_finished_{0};
   std::atomic<int64_t> from_resident_{0};
 };
 
@@ -497,6 +545,9 @@ TEST_F(ResidentDataPlaneTest, HandlesStayResidentThroughAChain) {
       client_->PutTensor(v1::DATA_TYPE_FLOAT32, {rows, cols}, x);
   ASSERT_TRUE(in.ok()) << in.status();
   EXPECT_EQ(backend_.bytes_to_resident(), bytes);
+  // PutTensor's chunks went through one writer, finished explicitly before
+  // the handle was committed (the transposes below read what it landed).
+  EXPECT_EQ(backend_.writers_finished(), 1);
 
   // Handle in, handle out: resident on both sides, nothing copied.
   v1::TransposeRequest t;

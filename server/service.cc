@@ -488,8 +488,14 @@ grpc::Status TensorOpsService::PutTensor(
         tensors_->Create(ClientId(*context), message.header().name(), h.dtype,
                          h.shape, h.bytes));
     const absl::Status received = [&]() -> absl::Status {
+      // A chunk's copy to the device runs while the next one is read; the
+      // writer's destructor waits for any still running before an error
+      // path below deletes the tensor.
+      const std::unique_ptr<ResidentWriter> writer =
+          tensors_->memory().OpenWriter(t->data.get(), h.bytes);
       int64_t offset = 0;
-      for (int64_t n = 1; reader->Read(&message); ++n) {
+      int64_t n = 1;
+      for (; reader->Read(&message); ++n) {
         request_bytes += static_cast<int64_t>(message.ByteSizeLong());
         if (message.part_case() != v1::PutTensorRequest::kChunk) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -502,8 +508,8 @@ grpc::Status TensorOpsService::PutTensor(
               "chunk: message ", n, " ends at byte ", offset + size,
               ", past the tensor's ", h.bytes, " bytes"));
         }
-        const absl::Status copied = tensors_->memory().CopyIn(
-            t->data.get(), h.bytes, offset, message.chunk().data(), size);
+        const absl::Status copied =
+            writer->Write(offset, message.chunk().data(), size);
         if (!copied.ok()) {
           PublishHealth();  // a device fault makes the server unhealthy
           return InField(copied, absl::StrCat("chunk: message ", n));
@@ -514,6 +520,12 @@ grpc::Status TensorOpsService::PutTensor(
         return absl::InvalidArgumentError(
             absl::StrCat("chunk: the stream ended after ", offset,
                          " bytes of the tensor's ", h.bytes));
+      }
+      // Every chunk in place before the handle becomes usable.
+      const absl::Status finished = writer->Finish();
+      if (!finished.ok()) {
+        PublishHealth();
+        return InField(finished, absl::StrCat("chunk: messages 1 to ", n - 1));
       }
       return tensors_->Commit(t->handle);
     }();

@@ -39,6 +39,19 @@ absl::Status BackendTensorMemory::CopyOut(const void* src, int64_t size,
   return backend_->CopyFromResident(src, size, offset, dst, bytes);
 }
 
+std::unique_ptr<ResidentWriter> TensorMemory::OpenWriter(void* dst,
+                                                         int64_t size) {
+  return SynchronousResidentWriter(
+      [this, dst, size](int64_t offset, const void* src, int64_t bytes) {
+        return CopyIn(dst, size, offset, src, bytes);
+      });
+}
+
+std::unique_ptr<ResidentWriter> BackendTensorMemory::OpenWriter(void* dst,
+                                                                int64_t size) {
+  return backend_->OpenResidentWriter(dst, size);
+}
+
 TensorStore::TensorStore(TensorStoreOptions options, TensorMemory* memory)
     : options_(std::move(options)),
       memory_(memory),

@@ -56,6 +56,10 @@ class TensorMemory {
                               const void* src, int64_t bytes) = 0;
   virtual absl::Status CopyOut(const void* src, int64_t size, int64_t offset,
                                void* dst, int64_t bytes) = 0;
+  // A writer into an allocation of size bytes (Backend's ResidentWriter:
+  // a piece may still be copying when Write returns; Finish waits). The
+  // default writes through CopyIn.
+  virtual std::unique_ptr<ResidentWriter> OpenWriter(void* dst, int64_t size);
 };
 
 // A backend's resident memory (Backend::AllocateResident and its copies).
@@ -68,6 +72,7 @@ class BackendTensorMemory final : public TensorMemory {
                       int64_t bytes) override;
   absl::Status CopyOut(const void* src, int64_t size, int64_t offset, void* dst,
                        int64_t bytes) override;
+  std::unique_ptr<ResidentWriter> OpenWriter(void* dst, int64_t size) override;
 
  private:
   Backend* const backend_;

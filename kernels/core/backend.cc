@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +17,22 @@ namespace {
 // kernels' widest vectors.
 constexpr size_t kHostResidentAlignment = 64;
 
-// [offset, offset + bytes) within [0, size), without overflow.
+class SyncWriter final : public ResidentWriter {
+ public:
+  explicit SyncWriter(
+      std::function<absl::Status(int64_t, const void*, int64_t)> copy)
+      : copy_(std::move(copy)) {}
+  absl::Status Write(int64_t offset, const void* src, int64_t bytes) override {
+    return copy_(offset, src, bytes);
+  }
+  absl::Status Finish() override { return absl::OkStatus(); }
+
+ private:
+  std::function<absl::Status(int64_t, const void*, int64_t)> copy_;
+};
+
+}  // namespace
+
 absl::Status CheckResidentRange(const char* what, int64_t size, int64_t offset,
                                 int64_t bytes) {
   if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
@@ -27,7 +43,20 @@ absl::Status CheckResidentRange(const char* what, int64_t size, int64_t offset,
   return absl::OkStatus();
 }
 
-}  // namespace
+std::unique_ptr<ResidentWriter> SynchronousResidentWriter(
+    std::function<absl::Status(int64_t offset, const void* src, int64_t bytes)>
+        copy) {
+  return std::make_unique<SyncWriter>(std::move(copy));
+}
+
+std::unique_ptr<ResidentWriter> Backend::OpenResidentWriter(
+    void* resident, int64_t resident_bytes) {
+  return SynchronousResidentWriter(
+      [this, resident, resident_bytes](int64_t offset, const void* src,
+                                       int64_t bytes) {
+        return CopyToResident(resident, resident_bytes, offset, src, bytes);
+      });
+}
 
 absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResident(int64_t bytes) {
   if (bytes < 0) {

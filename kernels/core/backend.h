@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +88,31 @@ BenchmarkResult SummarizeBenchmark(std::vector<double> seconds,
                                    double back_to_back_seconds, int sets,
                                    const LaunchInfo& launch);
 
+// Writes one resident allocation in pieces (PutTensor's chunks), letting a
+// piece's copy run while the caller fetches the next. Write checks the
+// range (OUT_OF_RANGE outside the allocation), takes what it needs of src
+// before it returns (src may be reused at once), and may return before the
+// bytes are in place. Finish waits until every written byte is in place and
+// reports a copy that failed; call it before the allocation is read or
+// freed (the destructor waits too, ignoring errors). One thread at a time.
+class ResidentWriter {
+ public:
+  virtual ~ResidentWriter() = default;
+  virtual absl::Status Write(int64_t offset, const void* src,
+                             int64_t bytes) = 0;
+  virtual absl::Status Finish() = 0;
+};
+
+// A writer whose Write is copy(offset, src, bytes), complete on return.
+std::unique_ptr<ResidentWriter> SynchronousResidentWriter(
+    std::function<absl::Status(int64_t offset, const void* src, int64_t bytes)>
+        copy);
+
+// OK when [offset, offset + bytes) lies within [0, size), else OUT_OF_RANGE
+// naming `what`; no overflow for any int64 inputs.
+absl::Status CheckResidentRange(const char* what, int64_t size, int64_t offset,
+                                int64_t bytes);
+
 // Memory of the device as the backend sees it; -1 where unknown.
 struct MemoryStats {
   int64_t used_bytes = -1;  // in use on the device, all processes
@@ -131,6 +157,12 @@ class Backend {
                               int64_t offset, const void* src, int64_t bytes);
   absl::Status CopyFromResident(const void* resident, int64_t resident_bytes,
                                 int64_t offset, void* dst, int64_t bytes);
+  // A writer into a resident allocation of resident_bytes (ResidentWriter).
+  // The default writes through CopyToResident, each piece complete on
+  // return; the CUDA backend returns once a piece is in its pinned staging
+  // buffers, its host-to-device copy still running.
+  virtual std::unique_ptr<ResidentWriter> OpenResidentWriter(
+      void* resident, int64_t resident_bytes);
   // Times v on p on the device. The default runs Execute on host buffers
   // and takes the kernel time it reports (right for the CPU backend).
   virtual absl::StatusOr<BenchmarkResult> Benchmark(

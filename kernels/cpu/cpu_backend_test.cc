@@ -102,6 +102,26 @@ TEST_F(CpuResidentTest, RangesOutsideTheAllocationAreOutOfRange) {
   EXPECT_TRUE(backend_->CopyFromResident(m->get(), n, 63, buf, 1).ok());
 }
 
+TEST_F(CpuResidentTest, WritersWriteInPiecesAndCheckRanges) {
+  const int64_t n = 1000;
+  const std::string want = RandomBytes(n, 2);
+  absl::StatusOr<std::shared_ptr<void>> m = backend_->AllocateResident(n);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::unique_ptr<ResidentWriter> w = backend_->OpenResidentWriter(m->get(), n);
+  // Pieces of 7 bytes, out of order; the source is reused at once.
+  std::string piece;
+  for (int64_t off = (n - 1) / 7 * 7; off >= 0; off -= 7) {
+    piece = want.substr(off, 7);
+    ASSERT_TRUE(w->Write(off, piece.data(), piece.size()).ok()) << off;
+    piece.assign(piece.size(), '\0');
+  }
+  const absl::Status outside = w->Write(995, want.data(), 6);
+  EXPECT_EQ(outside.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(outside.message(), HasSubstr("1000 bytes"));
+  ASSERT_TRUE(w->Finish().ok());
+  EXPECT_EQ(std::memcmp(m->get(), want.data(), n), 0);
+}
+
 TEST_F(CpuResidentTest, ExecuteUsesResidentOperandsInPlace) {
   const int64_t rows = 5, cols = 7, n = rows * cols * 4;
   const std::string in = RandomBytes(n, 2);

@@ -273,6 +273,11 @@ class CudaBackend final : public Backend {
       return s.ok() ? synced : s;
     });
   }
+  std::unique_ptr<ResidentWriter> OpenResidentWriter(
+      void* resident, int64_t resident_bytes) override {
+    return std::make_unique<Writer>(this, static_cast<char*>(resident),
+                                    resident_bytes);
+  }
   absl::Status CopyFromResidentRange(const void* src, void* dst,
                                      int64_t bytes) override {
     return OnLane([&](Lane& l) {
@@ -285,6 +290,64 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // PutTensor's writer: each piece is staged through a lane's pinned
+  // buffers like CopyToResidentRange, but the lane is released without
+  // waiting for the last host-to-device copy; an event per lane used marks
+  // where this writer's copies end on that lane's stream, and Finish waits
+  // for those. Later users of a lane queue behind the copies, and StageIn
+  // reuses a staging buffer only after its copy (staging_free), so the
+  // source bytes stay intact.
+  class Writer final : public ResidentWriter {
+   public:
+    Writer(CudaBackend* backend, char* base, int64_t size)
+        : backend_(backend), base_(base), size_(size) {}
+    ~Writer() override { Finish().IgnoreError(); }
+    absl::Status Write(int64_t offset, const void* src,
+                       int64_t bytes) override {
+      COALESCE_RETURN_IF_ERROR(
+          CheckResidentRange("ResidentWriter::Write", size_, offset, bytes));
+      if (bytes == 0) return absl::OkStatus();
+      return backend_->OnLane([&](Lane& l) -> absl::Status {
+        absl::Status s = backend_->StageIn(l, base_ + offset, src,
+                                           static_cast<size_t>(bytes));
+        auto it = std::find_if(done_.begin(), done_.end(),
+                               [&](const auto& e) { return e.first == &l; });
+        if (it == done_.end()) it = done_.insert(done_.end(), {&l, nullptr});
+        cudaEvent_t& done = it->second;
+        if (s.ok() && done == nullptr) {
+          s = cuda::CudaStatus(
+              cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+              "cudaEventCreateWithFlags", __FILE__, __LINE__);
+        }
+        if (s.ok()) {
+          s = cuda::CudaStatus(cudaEventRecord(done, l.stream),
+                               "cudaEventRecord", __FILE__, __LINE__);
+        }
+        // A failed piece leaves nothing queued for the lane's next user.
+        if (!s.ok()) cudaStreamSynchronize(l.stream);
+        return s;
+      });
+    }
+    absl::Status Finish() override {
+      absl::Status s;
+      for (auto& [lane, done] : done_) {
+        if (done == nullptr) continue;
+        s.Update(cuda::CudaStatus(cudaEventSynchronize(done),
+                                  "cudaEventSynchronize", __FILE__, __LINE__));
+        cudaEventDestroy(done);
+      }
+      done_.clear();
+      return s;
+    }
+
+   private:
+    CudaBackend* const backend_;
+    char* const base_;
+    const int64_t size_;
+    // (lane, event) for each lane this writer's copies went through: a few.
+    std::vector<std::pair<const Lane*, cudaEvent_t>> done_;
+  };
+
   // Runs f(lane) on a free lane of this device, waiting for one, after the
   // health check; an error f returns is tracked (a sticky one makes the
   // backend unhealthy).

@@ -246,6 +246,35 @@ TEST_F(CudaConformance, SameSizeCopyIsTimedBothWays) {
 // Resident (device) memory: a tensor larger than two staging chunks copied
 // in and out by uneven pieces at offsets, and every transpose variant run
 // on it in place, output resident or host, bit-exact against the host.
+// PutTensor's path: pieces written through a ResidentWriter, out of order,
+// each source buffer overwritten as soon as Write returns (the writer must
+// have staged it), land exactly once Finish returns.
+TEST_F(CudaConformance, ResidentWriterLandsEveryPiece) {
+  const int64_t n = (int64_t{18} << 20) + 5;
+  std::string want(n, '\0');
+  uint32_t state = 777;
+  for (char& c : want) {
+    state = state * 1664525u + 1013904223u;
+    c = static_cast<char>(state >> 24);
+  }
+  absl::StatusOr<std::shared_ptr<void>> r = backend_->AllocateResident(n);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::unique_ptr<ResidentWriter> w = backend_->OpenResidentWriter(r->get(), n);
+  const int64_t piece = (int64_t{3} << 20) + 7;  // several per staging chunk
+  std::string src;
+  for (int64_t off = (n - 1) / piece * piece; off >= 0; off -= piece) {
+    src = want.substr(off, piece);
+    ASSERT_TRUE(w->Write(off, src.data(), src.size()).ok()) << off;
+    src.assign(src.size(), '\x7f');
+  }
+  EXPECT_EQ(w->Write(n - 1, want.data(), 2).code(),
+            absl::StatusCode::kOutOfRange);
+  ASSERT_TRUE(w->Finish().ok());
+  std::string got(n, '\0');
+  ASSERT_TRUE(backend_->CopyFromResident(r->get(), n, 0, got.data(), n).ok());
+  EXPECT_TRUE(got == want);
+}
+
 TEST_F(CudaConformance, ResidentOperandsAreUsedInPlace) {
   EXPECT_FALSE(backend_->resident_is_host_addressable());
   const int64_t rows = 3001, cols = 1537, n = rows * cols * 4;  // ~18 MiB
