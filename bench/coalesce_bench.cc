@@ -64,6 +64,10 @@ ABSL_FLAG(double, check_max_flops, 1e10,
           "skip the correctness check above this many FLOPs (the float64 CPU "
           "reference of a 4096^3 GEMM would take minutes)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
+ABSL_FLAG(std::string, gelu_operands, "bias,residual,gamma,beta",
+          "GELU-LayerNorm cases: the optional operands beside x "
+          "(comma-separated subset of bias, residual, gamma, beta; empty: x "
+          "alone, as the service bench's requests)");
 
 namespace coalesce {
 namespace {
@@ -100,7 +104,13 @@ Case GeluLnCase(DType t, int64_t rows, int64_t hidden) {
   p.dtype = t;
   p.rows = rows;
   p.hidden = hidden;
-  p.has_bias = p.has_residual = p.has_gamma = p.has_beta = true;
+  for (absl::string_view op : absl::StrSplit(absl::GetFlag(FLAGS_gelu_operands),
+                                             ',', absl::SkipEmpty())) {
+    p.has_bias |= op == "bias";
+    p.has_residual |= op == "residual";
+    p.has_gamma |= op == "gamma";
+    p.has_beta |= op == "beta";
+  }
   return {"gelu_layer_norm", p};
 }
 
@@ -259,6 +269,16 @@ int Main(int argc, char** argv) {
     }
     if (!found) {
       std::fprintf(stderr, "unknown op: %s\n", std::string(name).c_str());
+      return 2;
+    }
+  }
+  for (absl::string_view op : absl::StrSplit(absl::GetFlag(FLAGS_gelu_operands),
+                                             ',', absl::SkipEmpty())) {
+    if (op != "bias" && op != "residual" && op != "gamma" && op != "beta") {
+      std::fprintf(stderr,
+                   "--gelu_operands: unknown operand '%s' (bias, residual, "
+                   "gamma, beta)\n",
+                   std::string(op).c_str());
       return 2;
     }
   }

@@ -160,8 +160,13 @@ if has service; then
       tee "$out/service-$op.txt" | tail -n 4 || status=1
   done
   kill $server_pid; wait $server_pid 2>/dev/null
-  "$bin/coalesce-bench" kernels --ops=gelu_layer_norm --dtypes=float32 \
-    --shape=16384,1024 --json="$out/service-kernel-gelu.json" 2>/dev/null |
-    tail -n 4 || status=1
+  # The kernel on the service's own problem (x alone) and with every
+  # operand.
+  for operands in "" "bias,residual,gamma,beta"; do
+    "$bin/coalesce-bench" kernels --ops=gelu_layer_norm --dtypes=float32 \
+      --shape=16384,1024 --gelu_operands="$operands" \
+      --json="$out/service-kernel-gelu${operands:+-all-operands}.json" \
+      2>/dev/null | tail -n 4 || status=1
+  done
 fi
 exit $status
