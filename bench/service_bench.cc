@@ -14,7 +14,8 @@
 //
 // Transports: inline (tensor bytes in the request and the response), handle
 // (the input uploaded once with PutTensor, the output kept on the server;
-// every op is followed by an untimed DeleteTensor of its output) and shm (a
+// each output is deleted by a background thread of the worker, at most two
+// behind, so the worker's loop holds only the op) and shm (a
 // POSIX shared-memory region per worker, registered with the server, holds
 // the input and receives the output).
 //
@@ -30,8 +31,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -78,14 +81,67 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // One worker's means of issuing requests of a phase.
+// Deletes a worker's output handles on a thread of its own, so that the
+// worker's next request does not wait for the previous one's DeleteTensor
+// round trip: the delete is the bench's housekeeping, not the op being
+// measured, and done in line it held each worker for a second round trip
+// per request. The queue holds at most kMaxPending handles (Push waits
+// beyond that), so the server never keeps more than that many extra
+// outputs per worker; the destructor deletes what is left.
+class Deleter {
+ public:
+  explicit Deleter(Client* client) : client_(client) {}
+  ~Deleter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Push(std::string handle) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.size() < kMaxPending; });
+    queue_.push_back(std::move(handle));
+    cv_.notify_all();
+  }
+
+ private:
+  static constexpr size_t kMaxPending = 2;
+  void Run() {
+    for (;;) {
+      std::string handle;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return done_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        handle = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      cv_.notify_all();
+      client_->DeleteTensor(handle).IgnoreError();
+    }
+  }
+  Client* const client_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;
+  bool done_ = false;
+  std::thread thread_{[this] { Run(); }};  // last: starts after the rest
+};
+
 struct Worker {
   std::unique_ptr<Client> client;
   // Issues one request; the timed part.
   std::function<absl::Status()> request;
-  // Runs after each request, untimed (handle transport: free the output).
+  // Runs after each request, untimed (handle transport: queue the output
+  // for deletion).
   std::function<void()> after;
   // Frees what setup made (shared memory, handles).
   std::function<void()> cleanup;
+  // Handle transport: deletes outputs in the background; destroyed (and
+  // drained) before the client.
+  std::unique_ptr<Deleter> deleter;
 };
 
 struct Phase {
@@ -309,8 +365,11 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
         "--op: unknown '", p.op, "' (transpose, gelu-ln or echo)"));
   }
   if (p.transport == "handle") {
-    worker.after = [c, last_handle] {
-      if (!last_handle->empty()) c->DeleteTensor(*last_handle).IgnoreError();
+    worker.deleter = std::make_unique<Deleter>(c);
+    Deleter* d = worker.deleter.get();
+    worker.after = [d, last_handle] {
+      if (!last_handle->empty()) d->Push(std::move(*last_handle));
+      last_handle->clear();
     };
   }
   return worker;
