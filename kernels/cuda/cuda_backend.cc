@@ -199,7 +199,8 @@ class CudaBackend final : public Backend {
   // allocation is synchronized before it is handed out, so the lanes'
   // streams may use it without an event; its free is enqueued after every
   // use has completed (Execute and the copies synchronize before they
-  // return, and the store drops a tensor only after its users are done).
+  // return, a ResidentWriter's Finish or destructor waits for its copies,
+  // and the store drops a tensor only after its users are done).
   absl::StatusOr<std::shared_ptr<void>> AllocateResident(
       int64_t bytes) override {
     if (bytes < 0) {
