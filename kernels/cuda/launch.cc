@@ -57,18 +57,13 @@ bool FirstLaunch(const void* func) {
 
 }  // namespace
 
-int ResidentBlocksPerSm(const void* func, int threads, size_t smem_bytes) {
-  return std::max(FactsOf(func, threads, smem_bytes).active_blocks, 1);
-}
-
 int64_t PersistentGrid(const void* func, int threads, size_t smem_bytes,
                        const ExecContext& ctx, int64_t max_blocks) {
+  const int64_t per_sm =
+      std::max(FactsOf(func, threads, smem_bytes).active_blocks, 1);
   const int sms =
       std::max(ctx.device != nullptr ? ctx.device->multiprocessors : 1, 1);
-  return std::max<int64_t>(
-      1, std::min<int64_t>(max_blocks, static_cast<int64_t>(ResidentBlocksPerSm(
-                                           func, threads, smem_bytes)) *
-                                           sms));
+  return std::max<int64_t>(1, std::min<int64_t>(max_blocks, per_sm * sms));
 }
 
 void RecordLaunch(const void* func, dim3 grid, dim3 block, size_t smem_bytes,

@@ -22,20 +22,11 @@ void RecordLaunch(Kernel* func, dim3 grid, dim3 block, size_t smem_bytes,
                ctx);
 }
 
-// Blocks of func (threads each, smem_bytes dynamic shared memory) resident
-// at once on one SM, from the occupancy calculator (cached, as for
-// RecordLaunch); at least 1, also when the query fails. A persistent kernel
-// launches this many per SM.
-int ResidentBlocksPerSm(const void* func, int threads, size_t smem_bytes);
-
-template <typename Kernel>
-int ResidentBlocksPerSm(Kernel* func, int threads, size_t smem_bytes) {
-  return ResidentBlocksPerSm(reinterpret_cast<const void*>(func), threads,
-                             smem_bytes);
-}
-
-// The grid of a persistent kernel: ResidentBlocksPerSm blocks on every SM
-// of ctx's device, at most max_blocks (the work items), at least 1.
+// The grid of a persistent kernel: as many blocks of func (threads each,
+// smem_bytes dynamic shared memory) as are resident at once on every SM of
+// ctx's device, from the occupancy calculator (cached, as for RecordLaunch;
+// at least one per SM, also when the query fails), at most max_blocks (the
+// work items), at least 1.
 int64_t PersistentGrid(const void* func, int threads, size_t smem_bytes,
                        const ExecContext& ctx, int64_t max_blocks);
 
