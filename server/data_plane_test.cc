@@ -15,7 +15,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -153,10 +152,7 @@ TEST_F(DataPlaneTest, HandlesChainWithoutRoundTrip) {
 
   // The same op inline, for the expected values.
   v1::GeluLayerNormRequest inline_request;
-  inline_request.mutable_x()->set_dtype(v1::DATA_TYPE_FLOAT32);
-  inline_request.mutable_x()->add_shape(rows);
-  inline_request.mutable_x()->add_shape(hidden);
-  inline_request.mutable_x()->set_raw(x);
+  SetInlineMatrix(inline_request.mutable_x(), rows, hidden, x);
   absl::StatusOr<v1::GeluLayerNormResponse> want =
       client_->GeluLayerNorm(inline_request);
   ASSERT_TRUE(want.ok()) << want.status();
@@ -570,10 +566,7 @@ TEST_F(ResidentDataPlaneTest, HandlesStayResidentThroughAChain) {
 
   // Inline in, handle out.
   v1::TransposeRequest inline_in;
-  inline_in.mutable_input()->set_dtype(v1::DATA_TYPE_FLOAT32);
-  inline_in.mutable_input()->add_shape(rows);
-  inline_in.mutable_input()->add_shape(cols);
-  inline_in.mutable_input()->set_raw(x);
+  SetInlineMatrix(inline_in.mutable_input(), rows, cols, x);
   inline_in.mutable_options()->add_outputs()->set_placement(
       v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
   absl::StatusOr<v1::TransposeResponse> xt2 = client_->Transpose(inline_in);
@@ -605,14 +598,8 @@ TEST_F(ResidentDataPlaneTest, MixedOperandsKeepTheirSpaces) {
   ASSERT_TRUE(ha.ok()) << ha.status();
 
   v1::GemmRequest inline_gemm;
-  for (auto [t, bytes, rows, cols] :
-       {std::tuple{inline_gemm.mutable_a(), &a, m, k},
-        std::tuple{inline_gemm.mutable_b(), &b, k, n}}) {
-    t->set_dtype(v1::DATA_TYPE_FLOAT32);
-    t->add_shape(rows);
-    t->add_shape(cols);
-    t->set_raw(*bytes);
-  }
+  SetInlineMatrix(inline_gemm.mutable_a(), m, k, a);
+  SetInlineMatrix(inline_gemm.mutable_b(), k, n, b);
   absl::StatusOr<v1::GemmResponse> want = client_->Gemm(inline_gemm);
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_THAT(backend_.input_spaces(), ElementsAre(kHost, kHost, kHost));

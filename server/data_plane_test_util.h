@@ -1,12 +1,15 @@
 // Helpers shared by the data-plane tests (data_plane_test.cc on the CPU
 // backend and fakes, gpu_data_plane_test.cc on a GPU): seeded float32
-// payloads and the transpose they are checked against. Pure functions.
+// payloads, the transpose they are checked against, and inline float32
+// matrices in requests. Pure functions.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+
+#include "coalesce/v1/tensor_ops.pb.h"
 
 namespace coalesce {
 
@@ -32,6 +35,15 @@ inline std::string TransposeReference(const std::string& in, int64_t rows,
     }
   }
   return out;
+}
+
+// Sets t to the inline float32 matrix [rows, cols] whose bytes are raw.
+inline void SetInlineMatrix(v1::Tensor* t, int64_t rows, int64_t cols,
+                            const std::string& raw) {
+  t->set_dtype(v1::DATA_TYPE_FLOAT32);
+  t->add_shape(rows);
+  t->add_shape(cols);
+  t->set_raw(raw);
 }
 
 }  // namespace coalesce

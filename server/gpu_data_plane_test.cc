@@ -62,10 +62,7 @@ TEST_F(GpuDataPlaneTest, HandlesChainOnTheDevice) {
 
   // The same ops inline, with the variants the handle chain uses.
   v1::GeluLayerNormRequest inline_ln;
-  inline_ln.mutable_x()->set_dtype(v1::DATA_TYPE_FLOAT32);
-  inline_ln.mutable_x()->add_shape(rows);
-  inline_ln.mutable_x()->add_shape(hidden);
-  inline_ln.mutable_x()->set_raw(x);
+  SetInlineMatrix(inline_ln.mutable_x(), rows, hidden, x);
   inline_ln.mutable_options()->set_report(true);
   absl::StatusOr<v1::GeluLayerNormResponse> want_y =
       client_->GeluLayerNorm(inline_ln);
