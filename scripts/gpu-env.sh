@@ -9,15 +9,18 @@ export LD_LIBRARY_PATH=$PWD/gpu-bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PA
 bin=gpu-bundle/bin
 
 # Starts a server on free loopback ports with extra flags ("$@"); sets
-# $port (empty if it did not come up within 60 s) and $server_pid.
+# $port (empty if it did not come up within 120 s) and $server_pid. With
+# the array serve_wrap set (an ncu command line), the server runs under it
+# and $server_pid is the wrapper's.
+serve_wrap=()
 serve() {
   : >"$out/server.out"
-  "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "$@" \
+  ${serve_wrap[@]+"${serve_wrap[@]}"} "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 "$@" \
     >"$out/server.out" 2>>"$out/server.log" &
   # shellcheck disable=SC2034  # read by the scripts that source this
   server_pid=$!
   port=
-  for _ in $(seq 1 300); do
+  for _ in $(seq 1 600); do
     port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
     [ -n "$port" ] && break
     sleep 0.2

@@ -10,7 +10,9 @@
 #    process (a process holding CUPTI cannot also be profiled by ncu):
 #    dram__bytes.sum.per_second, gpu__time_duration.sum,
 #    sm__maximum_warps_per_active_cycle_pct.
-# 3. A table of both, with the ratio, in OUT_DIR/metrics-vs-ncu.md.
+# 3. The same requests in a server running under ncu (cache-control none,
+#    then all): the kernel of each op's third request, profiled in place.
+# 4. A table of all of them, with the ratios, in OUT_DIR/metrics-vs-ncu.md.
 set -uo pipefail
 out=${1:?usage: metrics-vs-ncu.sh OUT_DIR}
 mkdir -p "$out"
@@ -58,6 +60,35 @@ for c in "${cases[@]}"; do
     --reps=1 --warmup=0 --check_max_elements=0 \
     >"$out/ncu-$name.csv" 2>"$out/ncu-$name.err"
 done
+# 3. The same requests again, in a server running under ncu: the kernels
+#    of each op's third request, profiled where the exported figure was
+#    measured (right after the request's own host-to-device copy), once with
+#    the caches as the request left them (--cache-control none) and once
+#    flushed first (all, ncu's default and the bench comparison's setting).
+#    The server's own figures are not used here: profiling slows them.
+for cache in none all; do
+  serve_wrap=(ncu --clock-control none --cache-control "$cache"
+    --kernel-name 'regex:^(?!.*(CopyKernel|CopyFlatKernel|FillKernel)).*$'
+    --metrics gpu__time_duration.sum,dram__bytes.sum.per_second --csv
+    --log-file "$out/ncu-server-$cache.csv")
+  serve
+  serve_wrap=()
+  if [ -z "$port" ]; then
+    echo "the server under ncu did not come up (cache-control $cache)" >&2
+  else
+    for c in "${cases[@]}"; do
+      IFS='|' read -r name cli_args bench_args <<<"$c"
+      for _ in 1 2 3; do
+        # shellcheck disable=SC2086
+        cli $cli_args >/dev/null 2>&1
+      done
+    done
+  fi
+  # The server, not ncu, gets the signal: ncu writes its results when the
+  # profiled process exits.
+  pkill -TERM -x coalesce-server
+  wait "$server_pid" 2>/dev/null
+done
 python3 - "$out" <<'PY'
 import csv, re, sys
 out = sys.argv[1]
@@ -65,9 +96,52 @@ out = sys.argv[1]
 # time, ncu's the DRAM bytes it counted over its duration; they may differ
 # only where the kernel moves more than the minimum (GEMM re-reads its
 # operands), so the kernel times are compared too.
-rows = ["| op | variant | exported GB/s | ncu DRAM GB/s | ratio | exported kernel us | ncu duration us | ratio | exported occupancy | ncu max warps % | ncu achieved warps % |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-for name in ["transpose", "layout", "gelu_layer_norm", "gemm"]:
+def ncu_rows(path):
+    """(ID, kernel name, {metric: (value, unit)}) per profiled launch."""
+    launches = {}
+    try:
+        hdr = None
+        for r in csv.reader(open(path)):
+            if "Metric Name" in r:
+                hdr = r
+            elif hdr and len(r) == len(hdr):
+                d = dict(zip(hdr, r))
+                key = int(d["ID"])
+                launches.setdefault(key, [d["Kernel Name"], {}])[1][
+                    d["Metric Name"]] = (float(d["Metric Value"].replace(",", "")), d["Metric Unit"])
+    except (OSError, ValueError, KeyError):
+        pass
+    return [(k, v[0], v[1]) for k, v in sorted(launches.items())]
+
+def micros(m):
+    dur = m.get("gpu__time_duration.sum")
+    tscale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3}
+    return dur[0] * tscale.get(dur[1], float("nan")) if dur else float("nan")
+
+# The kernel of each op's third request in the profiled servers: the op's
+# kernel (named by the bench profile) is looked for in launch order, three
+# times per op, the ops in the order they were sent.
+names = ["transpose", "layout", "gelu_layer_norm", "gemm"]
+bench_kernel = {}
+for name in names:
+    rows_ = ncu_rows(f"{out}/ncu-{name}.csv")
+    bench_kernel[name] = rows_[0][1] if rows_ else None
+in_server = {}
+for cache in ["none", "all"]:
+    launches = ncu_rows(f"{out}/ncu-server-{cache}.csv")
+    pos = 0
+    for name in names:
+        seen = 0
+        while pos < len(launches) and seen < 3:
+            if launches[pos][1] == bench_kernel[name]:
+                seen += 1
+                if seen == 3:
+                    in_server[(name, cache)] = micros(launches[pos][2])
+            pos += 1
+
+rows = ["| op | variant | exported GB/s | ncu DRAM GB/s | ratio | exported kernel us | ncu duration us | ratio | ncu in server, caches as left / flushed, us | ratio to exported | exported occupancy | ncu max warps % | ncu achieved warps % |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+for name in names:
     rep = open(f"{out}/report-{name}.txt").read()
     variant = re.search(r"variant: *(\S+)", rep)
     gbps = re.search(r"([0-9.]+) GB/s", rep)
@@ -95,10 +169,13 @@ for name in ["transpose", "layout", "gelu_layer_norm", "gemm"]:
     tscale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3}
     ncu_us = dur[0] * tscale.get(dur[1], float("nan")) if dur else float("nan")
     exp_us = float(kern.group(1)) if kern else float("nan")
-    rows.append("| %s | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f | %s | %s | %s |" % (
+    srv_none = in_server.get((name, "none"), float("nan"))
+    srv_all = in_server.get((name, "all"), float("nan"))
+    rows.append("| %s | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f | %.1f / %.1f | %.3f | %s | %s | %s |" % (
         name, variant.group(1) if variant else "-", exported, dram_gbps,
         exported / dram_gbps if dram_gbps == dram_gbps and dram_gbps else float("nan"),
         exp_us, ncu_us, ncu_us / exp_us if exp_us == exp_us and exp_us else float("nan"),
+        srv_none, srv_all, srv_none / exp_us if exp_us == exp_us and exp_us else float("nan"),
         "%.1f%%" % (100 * float(occ.group(1))) if occ else "-",
         "%.1f" % m["sm__maximum_warps_per_active_cycle_pct"][0] if "sm__maximum_warps_per_active_cycle_pct" in m else "-",
         "%.1f" % m["sm__warps_active.avg.pct_of_peak_sustained_active"][0] if "sm__warps_active.avg.pct_of_peak_sustained_active" in m else "-"))
