@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -57,6 +58,8 @@ struct Lane {
               kernel_stop = nullptr, d2h_stop = nullptr;
   void* staging[2] = {nullptr, nullptr};
   cudaEvent_t staging_free[2] = {nullptr, nullptr};
+  // Holds the stream at kernel_start until the launches are queued.
+  std::unique_ptr<cuda::LaunchGate> gate;
 };
 
 class CudaBackend final : public Backend {
@@ -109,6 +112,7 @@ class CudaBackend final : public Backend {
         COALESCE_CUDA_RETURN_IF_ERROR(
             cudaMallocHost(&l.staging[i], kStagingChunkBytes));
       }
+      COALESCE_ASSIGN_OR_RETURN(l.gate, cuda::LaunchGate::Create());
       free_lanes_.push_back(&l);
     }
     const int64_t probe =
@@ -498,12 +502,10 @@ class CudaBackend final : public Backend {
     ExecContext ctx;
     ctx.stream = l.stream;
     ctx.device = &device_;
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_start, l.stream));
     std::optional<cuda::RangeCounters> counters;
     absl::Status sample_error;
     COALESCE_RETURN_IF_ERROR(
         RunVariant(l, v, p, dev, ctx, &counters, &sample_error));
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_stop, l.stream));
     for (size_t i = 0; i < sizes.outputs.size(); ++i) {
       if (sizes.outputs[i] > 0 &&
           operands.output_space(i) == MemorySpace::kHost) {
@@ -545,13 +547,17 @@ class CudaBackend final : public Backend {
   // range. A chosen launch runs unsampled when another range is open, or
   // when the profiler fails before it (*sample_error says why, also for a
   // failure after it); only the variant's own errors fail the call.
+  // The lane's kernel_start and kernel_stop events are recorded around the
+  // launches.
   absl::Status RunVariant(Lane& l, const KernelVariant& v, const Problem& p,
                           const Operands& dev, ExecContext& ctx,
                           std::optional<cuda::RangeCounters>* counters,
                           absl::Status* sample_error) {
     cuda::CuptiSampler* sampler = sampler_.load(std::memory_order_acquire);
-    if (sampler == nullptr) return v.Run(p, dev, ctx);
+    if (sampler == nullptr) return RunGated(l, v, p, dev, ctx);
     if (picker_.Pick()) {
+      // No gate: the range's own device time replaces the events' span.
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_start, l.stream));
       cuda::CuptiSampler::Outcome sampled =
           sampler->TrySample(l.stream, [&]() -> absl::StatusOr<int> {
             COALESCE_RETURN_IF_ERROR(v.Run(p, dev, ctx));
@@ -559,6 +565,7 @@ class CudaBackend final : public Backend {
           });
       if (sampled.launched) {
         COALESCE_RETURN_IF_ERROR(sampled.launch_status);
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_stop, l.stream));
         if (sampled.counters.ok()) {
           *counters = *sampled.counters;
         } else {
@@ -568,8 +575,22 @@ class CudaBackend final : public Backend {
       }
       if (!sampled.busy) *sample_error = sampled.counters.status();
     }
+    // The gate's kernel too stays out of every range.
     absl::ReaderMutexLock lock(sampler->launch_lock());
-    return v.Run(p, dev, ctx);
+    return RunGated(l, v, p, dev, ctx);
+  }
+
+  // v's launches between kernel_start and kernel_stop, all queued behind the
+  // lane's closed gate before it opens: the events then time the kernels,
+  // not the host's launch calls (cuda::LaunchGate).
+  absl::Status RunGated(Lane& l, const KernelVariant& v, const Problem& p,
+                        const Operands& dev, ExecContext& ctx) {
+    COALESCE_RETURN_IF_ERROR(l.gate->Close(l.stream));
+    absl::Cleanup open = [&l] { l.gate->Open(); };
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_start, l.stream));
+    COALESCE_RETURN_IF_ERROR(v.Run(p, dev, ctx));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.kernel_stop, l.stream));
+    return absl::OkStatus();
   }
 
   // Buffer sets of set_bytes each to rotate so that the timed runs read

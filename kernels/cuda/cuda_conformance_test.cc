@@ -2,18 +2,22 @@
 // x every conformance problem it accepts x every dtype, against the float64
 // CPU reference (bit-exact for data movement). Skips, with the reason, where
 // no CUDA device is visible.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "kernels/core/permute.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_util.h"
 #include "kernels/testing/conformance.h"
 
 namespace coalesce {
@@ -338,6 +342,36 @@ TEST_F(CudaConformance, ResidentOperandsAreUsedInPlace) {
     EXPECT_TRUE(host_out == want) << v->name() << ": host output differs";
   }
   EXPECT_GT(ran, 0);
+}
+
+// The launch gate the backend times kernels behind: work queued after a
+// closed gate waits for Open (the timeout here is far longer than the
+// test), every round; a gate nobody opens passes after its timeout.
+TEST_F(CudaConformance, LaunchGateHoldsTheStreamUntilOpened) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t e = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  {
+    absl::StatusOr<std::unique_ptr<cuda::LaunchGate>> gate =
+        cuda::LaunchGate::Create(/*timeout_ns=*/uint64_t{60} * 1000000000);
+    ASSERT_TRUE(gate.ok()) << gate.status();
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_TRUE((*gate)->Close(s).ok());
+      ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_EQ(cudaEventQuery(e), cudaErrorNotReady) << "round " << round;
+      (*gate)->Open();
+      EXPECT_EQ(cudaEventSynchronize(e), cudaSuccess) << "round " << round;
+    }
+    absl::StatusOr<std::unique_ptr<cuda::LaunchGate>> never =
+        cuda::LaunchGate::Create(/*timeout_ns=*/1000000);
+    ASSERT_TRUE(never.ok()) << never.status();
+    ASSERT_TRUE((*never)->Close(s).ok());
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  }
+  cudaEventDestroy(e);
+  cudaStreamDestroy(s);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -86,6 +87,20 @@ __global__ void CopyFlatKernel(const uint4* __restrict__ in,
   CopyTail(in, out, n, tail);
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = in[i];
+}
+
+// Spins until *flag reaches seq (wrap-safe) or timeout_ns pass on the
+// global timer; polls about every microsecond (each read crosses PCIe).
+__global__ void GateKernel(const volatile uint32_t* flag, uint32_t seq,
+                           uint64_t timeout_ns) {
+  uint64_t start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (static_cast<int32_t>(*flag - seq) < 0) {
+    uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > timeout_ns) return;
+    __nanosleep(500);
+  }
 }
 
 }  // namespace
@@ -193,6 +208,46 @@ absl::Status FillRandomDevice(void* data, DType t, int64_t n, uint64_t seed,
   }
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LaunchGate>> LaunchGate::Create(
+    uint64_t timeout_ns) {
+  void* host = nullptr;
+  COALESCE_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(&host, sizeof(uint32_t), cudaHostAllocMapped));
+  *static_cast<volatile uint32_t*>(host) = 0;
+  void* device = nullptr;
+  if (cudaError_t e = cudaHostGetDevicePointer(&device, host, 0);
+      e != cudaSuccess) {
+    cudaFreeHost(host);
+    return CudaStatus(e, "cudaHostGetDevicePointer", __FILE__, __LINE__);
+  }
+  return std::unique_ptr<LaunchGate>(
+      new LaunchGate(static_cast<uint32_t*>(host),
+                     static_cast<uint32_t*>(device), timeout_ns));
+}
+
+LaunchGate::~LaunchGate() {
+  Open();
+  cudaFreeHost(host_);
+}
+
+absl::Status LaunchGate::Close(cudaStream_t stream) {
+  Open();  // a gate left closed would hold this kernel until its timeout
+  GateKernel<<<1, 1, 0, stream>>>(device_, seq_ + 1, timeout_ns_);
+  COALESCE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  ++seq_;
+  closed_ = true;
+  return absl::OkStatus();
+}
+
+void LaunchGate::Open() {
+  if (!closed_) return;
+  // The launches queued before this store are visible to the device before
+  // it: the driver wrote them first, and the fence orders this thread.
+  std::atomic_thread_fence(std::memory_order_release);
+  *static_cast<volatile uint32_t*>(host_) = seq_;
+  closed_ = false;
 }
 
 }  // namespace coalesce::cuda

@@ -1,12 +1,15 @@
 // Device utilities for the CUDA backend: the copy kernels whose timed
 // bandwidth is the "peak" every figure is divided by (and, timed at a
 // variant's own size, its same-size ceiling: Backend::BenchmarkCopy), and
-// on-device random fills for benchmark inputs. Thread-safe.
+// on-device random fills for benchmark inputs, and the launch gate that
+// keeps the host's launch time out of a request's kernel time. Thread-safe
+// unless a class says otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -37,5 +40,40 @@ absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes, int reps,
 // sign, a hash of (seed, index): never zeros.
 absl::Status FillRandomDevice(void* data, DType t, int64_t n, uint64_t seed,
                               cudaStream_t stream);
+
+// Holds a stream until the host opens it. Events recorded behind a closed
+// gate, with the launches they time, are timestamped only once the host has
+// queued them all: without it, a stream that ran dry (a request on device
+// handles, or after a small last copy) times the host's launch calls as
+// kernel time, tens of microseconds on a server thread. The gate is a
+// one-thread kernel polling a flag in pinned host memory; it passes anyway
+// after `timeout_ns` (a cold launch loading its module, a host thread that
+// stalls), so a stream is never held for long. One gate per stream; not
+// thread-safe.
+class LaunchGate {
+ public:
+  static constexpr uint64_t kDefaultTimeoutNs = 50'000'000;  // 50 ms
+  static absl::StatusOr<std::unique_ptr<LaunchGate>> Create(
+      uint64_t timeout_ns = kDefaultTimeoutNs);
+  // The stream must have finished its last Close's kernel (synchronized).
+  ~LaunchGate();
+  LaunchGate(const LaunchGate&) = delete;
+  LaunchGate& operator=(const LaunchGate&) = delete;
+
+  // Enqueues the waiting kernel on stream; the work queued after it runs
+  // once Open is called (or the timeout passes).
+  absl::Status Close(cudaStream_t stream);
+  // Lets the last Close's kernel pass; a no-op when it is open already.
+  void Open();
+
+ private:
+  LaunchGate(uint32_t* host, uint32_t* device, uint64_t timeout_ns)
+      : host_(host), device_(device), timeout_ns_(timeout_ns) {}
+  uint32_t* host_;    // pinned, mapped: the flag the kernel polls
+  uint32_t* device_;  // the same flag, as the kernel addresses it
+  uint64_t timeout_ns_;
+  uint32_t seq_ = 0;  // the number the last Close waits for
+  bool closed_ = false;
+};
 
 }  // namespace coalesce::cuda
