@@ -105,15 +105,32 @@ double SimtEfficiency(const GemmProblem& p, const DeviceInfo& dev,
   return fraction_of_fp32_peak;
 }
 
+bool GemmOperandsFromHbm(const GemmProblem& p, const DeviceInfo& dev) {
+  return dev.l2_cache_bytes > 0 && static_cast<double>(MinBytesMoved(p)) * 100 >
+                                       static_cast<double>(dev.l2_cache_bytes);
+}
+
 double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
-                       double efficiency, double extra_seconds,
-                       double seconds_per_k) {
-  constexpr double kMemoryEfficiency = 0.5;
-  const RooflineSeconds r = Roofline(p, dev);
-  const double t_math = r.math / std::clamp(efficiency, 1e-3, 1.0);
-  const double t_mem = r.memory / kMemoryEfficiency;
-  const double t_k = static_cast<double>(p.k) * seconds_per_k;
-  return kGpuLaunchSeconds + extra_seconds + std::max({t_math, t_mem, t_k});
+                       const SimtGemmCost& c) {
+  auto up = [](int64_t x, int64_t to) { return (x + to - 1) / to; };
+  const double batch = static_cast<double>(p.batch);
+  const double steps = static_cast<double>(up(p.k, c.k_step));
+  const double step =
+      c.step_seconds + (GemmOperandsFromHbm(p, dev) ? c.hbm_step_seconds : 0);
+  const double padded_flops = 2.0 * batch *
+                              static_cast<double>(c.pad_m * up(p.m, c.pad_m)) *
+                              static_cast<double>(c.pad_n * up(p.n, c.pad_n)) *
+                              static_cast<double>(p.k);
+  const double t_math =
+      dev.peak_fp32_flops > 0
+          ? padded_flops /
+                (std::clamp(c.efficiency, 1e-3, 1.0) * dev.peak_fp32_flops)
+          : 0;
+  const double blocks = batch * static_cast<double>(up(p.m, c.tile_m)) *
+                        static_cast<double>(up(p.n, c.tile_n));
+  const double blocks_per_sm = blocks / std::max(dev.multiprocessors, 1);
+  return kGpuLaunchSeconds + c.extra_seconds + steps * step + t_math +
+         blocks_per_sm * c.block_seconds;
 }
 
 double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak) {

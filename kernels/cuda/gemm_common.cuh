@@ -178,11 +178,10 @@ absl::Status DispatchGemmDType(DType dt, F&& f) {
 // A SIMT GEMM variant whose only moving part is its kernel: one launch per
 // batch chunk of Traits::kTile x Traits::kTile output tiles on a block of
 // kTile x kBlockRows threads. Traits provides kName, kDescription, kTile,
-// kBlockRows, kEfficiency, kExtraSeconds and kSecondsPerK
-// (SimtGemmSeconds), and `template <typename T> static constexpr auto
-// kKernel` (the __global__ function for element type T, taking the chunk's
-// GemmParams and the two transpose flags). gemm.cuda.naive and
-// gemm.cuda.smem_tiled are two of these.
+// kBlockRows, kCost (a SimtGemmCost, for SimtGemmSeconds), and `template
+// <typename T> static constexpr auto kKernel` (the __global__ function for
+// element type T, taking the chunk's GemmParams and the two transpose flags).
+// gemm.cuda.naive and gemm.cuda.smem_tiled are two of these.
 template <typename Traits>
 class SimtGemmVariant final
     : public TypedVariant<GemmProblem, OpKind::kGemm, BackendKind::kCuda> {
@@ -198,12 +197,12 @@ class SimtGemmVariant final
     return CheckGemmCommon(Traits::kName, p, Traits::kTile, Traits::kTile);
   }
   double Efficiency(const Problem& p, const DeviceInfo& dev) const override {
-    return SimtEfficiency(std::get<GemmProblem>(p), dev, Traits::kEfficiency);
+    return SimtEfficiency(std::get<GemmProblem>(p), dev,
+                          Traits::kCost.efficiency);
   }
   double EstimateSeconds(const Problem& p,
                          const DeviceInfo& dev) const override {
-    return SimtGemmSeconds(std::get<GemmProblem>(p), dev, Efficiency(p, dev),
-                           Traits::kExtraSeconds, Traits::kSecondsPerK);
+    return SimtGemmSeconds(std::get<GemmProblem>(p), dev, Traits::kCost);
   }
   absl::Status RunTyped(const GemmProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {

@@ -1,8 +1,9 @@
 // Host-side pieces shared by the CUDA GEMM variants (gemm_*.cu,
 // gemm_cublaslt.cc): the hard constraints every variant checks, the vector
-// layout test of the 16-byte load paths, and efficiency leads rescaled to
-// the peak that KernelVariant::EstimateSeconds divides by. No CUDA headers,
-// so that gemm_cublaslt.cc stays plain C++. Pure functions; thread-safe.
+// layout test of the 16-byte load paths, efficiency leads rescaled to the
+// peak that KernelVariant::EstimateSeconds divides by, and the cost model
+// of the SIMT kernels' estimates (SimtGemmSeconds). No CUDA headers, so that
+// gemm_cublaslt.cc stays plain C++. Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -63,21 +64,48 @@ double SimtEfficiency(const GemmProblem& p, const DeviceInfo& dev,
 // half the 16-bit rate on Ampere and Hopper, so float32 halves it.
 double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak);
 
-// A SIMT variant's estimate: a launch, plus extra_seconds (what its launch
-// costs beyond the plainest kernel's: block size, set-up), plus the largest
-// of three bounds: the FLOPs at `efficiency` of the peak EstimateSeconds
-// uses (Efficiency), the minimum bytes at half the copy peak (their
-// efficiency describes arithmetic; applied to the bytes too, as the
-// default estimate does, naive's 0.02 made a 256 KB GEMM cost 3 us more
-// than it measured), and the latency of the K loop, K steps of
-// seconds_per_k: every thread walks all of K in order, so with few outputs
-// that latency sets the time. From the H200 selection sweep (deploy/tuning/
-// nvidia-h200.txt): naive took 60-235 us and reg_tiled 210-824 us for
-// M x N of a few hundred and K of 2048-16383, where cuBLASLt (split-K) took
-// 6-13 us; GEMMs of a few KFLOP took 3.5-4.5 us in naive, 5.0-5.4 in
-// smem_tiled and 5.2-6.3 in reg_tiled.
+// Whether the sweep that calibrated the GEMM estimates found a problem's
+// operands in HBM rather than in L2: when its minimum bytes exceed 1% of
+// the L2. Selector::Measure times a shape over up to 64 rotating buffer
+// sets, and naive's K step on the H200 (bench/results/h200/selection-sweep,
+// seed 7) took 35-40 ns up to sets of 505 KB (64x64x955) and 63-90 ns from
+// 596 KB (128x107x576, 4x151x1024, 64x512x359): about 0.6 MB, 1% of the
+// 60 MB L2. (A request whose operands were just written may still find
+// larger ones in L2, and run faster than estimated.)
+bool GemmOperandsFromHbm(const GemmProblem& p, const DeviceInfo& dev);
+
+// The cost model of one of our SIMT GEMM kernels (SimtGemmSeconds): how
+// its grid and K loop are shaped, and what each part costs. The constants
+// are fitted to the H200 selection sweep (bench/gemm_selection_fit.py
+// --fit: relative least squares over the 190 seed-7 shapes measured).
+struct SimtGemmCost {
+  int tile_m, tile_n;  // the output tile of one block
+  // The granularity of the outputs computed: a tile, or a warp's share of
+  // one when the threads of an edge tile past the matrix exit early.
+  int pad_m, pad_n;
+  int k_step;  // K elements per step of the K loop
+  // Fraction of the fp32 SIMT peak on the padded FLOPs, all SMs busy.
+  double efficiency;
+  double extra_seconds;  // launch and set-up beyond kGpuLaunchSeconds
+  // One step of the K loop of one block: the latency of its loads (from
+  // L2) and its arithmetic, which no other block hides.
+  double step_seconds;
+  // Added to each step when the operands come from HBM
+  // (GemmOperandsFromHbm).
+  double hbm_step_seconds;
+  // Per block, spread over the SMs: scheduling, first loads, epilogue.
+  double block_seconds;
+};
+
+// A SIMT variant's estimate: a launch, plus extra_seconds, plus the K
+// loop's latency (every block walks all of K in order, so with few blocks
+// that sets the time), plus the padded FLOPs at `efficiency` of the fp32
+// peak (the SMs' throughput once many blocks share them; the kernels
+// compute in float32 whatever the dtype), plus block_seconds per block and
+// SM. A sum, not the largest of the terms: the sweep's times grew with
+// both the K steps and the blocks per SM at once (naive at K = 64: 5.5-6.3
+// us up to 1.5 blocks per SM, 9.6-10.2 at 3-5, 21.5-29 at 18-27).
 double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
-                       double efficiency, double extra_seconds,
-                       double seconds_per_k);
+                       const SimtGemmCost& cost);
 
 }  // namespace coalesce::cuda

@@ -45,14 +45,54 @@ constexpr char kName[] = "gemm.cuda.cublaslt";
 // The workspace cuBLAS documents as enough for every Hopper kernel.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 // cuBLASLt's fraction of the peak that EstimateSeconds divides by (fp32
-// SIMT, or the 16-bit tensor peak): at 4096^3 on the H200 (bench/results/h200/gemm-4096.txt)
-// 51.3 of 66.9 TFLOP/s in float32, 789 and 753 of 1070 in bfloat16 and
-// float16.
+// SIMT, or the 16-bit tensor peak): at 4096^3 on the H200
+// (bench/results/h200/gemm-4096.txt) 51.3 of 66.9 TFLOP/s in float32, 789 and
+// 753 of 1070 in bfloat16 and float16.
 constexpr double kEfficiency = 0.72;
-// What a call costs beyond a plain kernel launch, from the H200 sweep:
-// GEMMs of a few MFLOP with K under 128 ran 6-7.5 us in cuBLASLt against
-// 4-6 us in gemm.cuda.naive (graph-replayed, so no host overhead included).
-constexpr double kCallSeconds = 2e-6;
+// What a call costs beyond a plain kernel launch: K = 1 and GEMV calls of
+// a few KB took 3.7-4.5 us in the H200 selection sweep (64x64x1, 64x1x128,
+// 1x64x5; graph-replayed, so no host overhead included).
+constexpr double kCallSeconds = 1.9e-6;
+
+// Float32 without TF32 runs on cuBLASLt's SIMT kernels; their model, fitted
+// to the sweep's seed-7 shapes (bench/gemm_selection_fit.py --fit), is
+// Float32Seconds below.
+//
+// A small output splits K over more CTAs, and the partial sums take a
+// second kernel: under 32K outputs (about a 16x16 tile per SM) and K >= 2,
+// 6.1-8.6 us for K of 2-128 (one exception: 64x64x64, 5.3), against 4.4-4.5
+// at K = 1 and 5.4-5.6 at 37-57K outputs and K = 64.
+constexpr double kSplitKSeconds = 2.4e-6;
+constexpr int64_t kSplitKMaxOutputs = 32768;
+// No split for GEMVs (m or n of 1: 3.9-4.4 us for 64x1x89 to 64x1x256,
+// 1x32x47) nor for a few rows of short K: m <= 16 and K <= 64 took 4.5-5.0
+// us (4x35x64, 11x64x64, 6x747x64, 15x1280x12), K of 119-188 6.9-7.5
+// (2x64x119, 4x189x128, 2x187x188).
+constexpr int64_t kSkinnyMaxRows = 16;
+constexpr int64_t kSkinnyMaxK = 64;
+// Operands from HBM (GemmOperandsFromHbm) add latency to every step of a
+// CTA's K loop, which the split caps: 7.4-7.5 us at K = 64 against 5.4-6.2
+// from L2, 9-12.5 at K of 128-256, and 12.4-14 at K of thousands.
+constexpr double kHbmStepSeconds = 16e-9;
+constexpr int64_t kHbmMaxSteps = 256;
+// The minimum bytes at this share of the copy peak, on top of the FLOPs at
+// kEfficiency (2303x684x64: 11.8 us, 384x5952x64: 16.6).
+constexpr double kMemoryEfficiency = 0.6;
+
+double Float32Seconds(const GemmProblem& p, const DeviceInfo& dev) {
+  const RooflineSeconds r = Roofline(p, dev);
+  double t = kGpuLaunchSeconds + kCallSeconds + r.math / kEfficiency +
+             r.memory / kMemoryEfficiency;
+  const bool gemv = p.m == 1 || p.n == 1;
+  const bool skinny = p.m <= kSkinnyMaxRows && p.k <= kSkinnyMaxK;
+  if (p.k > 1 && p.batch * p.m * p.n < kSplitKMaxOutputs && !gemv && !skinny) {
+    t += kSplitKSeconds;
+  }
+  if (GemmOperandsFromHbm(p, dev)) {
+    t += kHbmStepSeconds * static_cast<double>(std::min(p.k, kHbmMaxSteps));
+  }
+  return t;
+}
 
 absl::Status LtStatus(cublasStatus_t s, const char* expr) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -248,6 +288,11 @@ class GemmCublasLtVariant final
   }
   double EstimateSeconds(const Problem& p,
                          const DeviceInfo& dev) const override {
+    const GemmProblem& g = std::get<GemmProblem>(p);
+    if (g.dtype == DType::kFloat32 && !g.allow_tf32) {
+      return Float32Seconds(g, dev);
+    }
+    // Tensor cores: not swept yet; the roofline and a call.
     return KernelVariant::EstimateSeconds(p, dev) + kCallSeconds;
   }
 

@@ -16,14 +16,27 @@ constexpr char kName[] = "gemm.cuda.naive";
 // 16x16 threads: threadIdx.x runs along n, so B's rows (not transposed) and
 // D's rows are read and written coalesced.
 constexpr int kTile = 16;
-// A fraction of the fp32 peak (66.9 TFLOP/s at 1980 MHz): 5.49 TFLOP/s at
-// 4096^3 on the H200 (bench/results/h200/gemm-4096.txt).
-constexpr double kEfficiency = 0.08;
-// One step of the K loop (two loads, one FMA) per thread, from the H200
-// sweep: 25.6-84.6 us for K of 1024-8191 with M x N of a few hundred,
-// 12-25 ns per step; the plainest launch, so no extra (SimtGemmSeconds).
-constexpr double kSecondsPerK = 20e-9;
-constexpr double kExtraSeconds = 0;
+// The cost model (SimtGemmSeconds), fitted to the H200 selection sweep's
+// seed-7 shapes (bench/gemm_selection_fit.py --fit):
+constexpr SimtGemmCost kCost = {
+    kTile, kTile,
+    // A warp covers 2 rows of 16 outputs; threads past the matrix exit.
+    2, kTile,
+    1,  // one K element (two loads, one FMA) per step
+    // 0.10 of the fp32 peak (66.9 TFLOP/s) once many blocks share the SMs
+    // (with block_seconds: 4352x3008x64 in 330 us; 4096^3 ran at 0.082 in
+    // bench/results/h200/gemm-4096.txt).
+    0.10,
+    // Tiny GEMMs (64x64x1, 320x64x1, 30x1x8): 3.5-3.7 us.
+    0.55e-6,
+    // One step of one block: 35-40 ns at 64x64 with K of 384-955 from L2,
+    // 31-37 ns at K = 64 with few blocks.
+    34e-9,
+    // From HBM 55-90 ns (64x64x1920 to 6110: 74-77 ns).
+    22e-9,
+    // Short K, many blocks: 2432x256x1 took 7.65 us for 18 blocks per SM,
+    // 97x7808x8 10.6 us for 26.
+    200e-9};
 
 template <typename T>
 __global__ void __launch_bounds__(kTile* kTile)
@@ -50,9 +63,7 @@ struct Traits {
       "float32 accumulation (the seeds' baseline)";
   static constexpr int kTile = ::coalesce::cuda::kTile;
   static constexpr int kBlockRows = kTile;
-  static constexpr double kEfficiency = ::coalesce::cuda::kEfficiency;
-  static constexpr double kSecondsPerK = ::coalesce::cuda::kSecondsPerK;
-  static constexpr double kExtraSeconds = ::coalesce::cuda::kExtraSeconds;
+  static constexpr SimtGemmCost kCost = ::coalesce::cuda::kCost;
   template <typename T>
   static constexpr auto kKernel = &GemmNaiveKernel<T>;
 };

@@ -42,14 +42,24 @@ constexpr int kBN = 128;
 constexpr int kBK = 8;
 constexpr int kThreads = 256;
 constexpr int kPad = 4;
-// A fraction of the fp32 peak (66.9 TFLOP/s at 1980 MHz): 40.5 TFLOP/s at
-// 4096^3 on the H200 (bench/results/h200/gemm-4096.txt).
-constexpr double kEfficiency = 0.6;
-// Per element of K, from the H200 sweep: 113-824 us for K of 1024-16383
-// with M x N of a few hundred, 43-110 ns; GEMMs of a few KFLOP 1.5-2 us
-// above naive (SimtGemmSeconds).
-constexpr double kSecondsPerK = 70e-9;
-constexpr double kExtraSeconds = 1.5e-6;
+// The cost model (SimtGemmSeconds), fitted to the H200 selection sweep's
+// seed-7 shapes (bench/gemm_selection_fit.py --fit):
+constexpr SimtGemmCost kCost = {
+    kBM, kBN, kBM, kBN,
+    kBK,  // an 8-wide K tile per step: 64 FMAs x 8 per thread
+    // 40.5 TFLOP/s of the fp32 peak's 66.9 at 4096^3 on the H200
+    // (bench/results/h200/gemm-4096.txt).
+    0.6,
+    // A few KFLOP: 4.6-6.3 us, 1.5-2 us above naive.
+    1.6e-6,
+    // One tile of one block, alone on its SM: 0.9-1.3 us (64x1805x7849:
+    // 887 us for 982 tiles; 1856x29x6600: 777 us for 825).
+    0.9e-6,
+    // The K loop's double buffering hides HBM as well as L2.
+    0,
+    // Per block and SM: 4352x3008x64 took 59 us for 6.2 blocks per SM,
+    // 2504x4022x64 77 us for 4.9.
+    1.5e-6};
 
 // One thread's share of a k-tile of one operand: four consecutive elements
 // along the operand's contiguous dimension.
@@ -308,12 +318,11 @@ class GemmRegTiledVariant final
     return CheckGemmCommon(kName, p, kBM, kBN);
   }
   double Efficiency(const Problem& p, const DeviceInfo& dev) const override {
-    return SimtEfficiency(std::get<GemmProblem>(p), dev, kEfficiency);
+    return SimtEfficiency(std::get<GemmProblem>(p), dev, kCost.efficiency);
   }
   double EstimateSeconds(const Problem& p,
                          const DeviceInfo& dev) const override {
-    return SimtGemmSeconds(std::get<GemmProblem>(p), dev, Efficiency(p, dev),
-                           kExtraSeconds, kSecondsPerK);
+    return SimtGemmSeconds(std::get<GemmProblem>(p), dev, kCost);
   }
   absl::Status RunTyped(const GemmProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {

@@ -23,15 +23,22 @@ constexpr char kName[] = "gemm.cuda.smem_tiled";
 constexpr int kTile = 32;
 constexpr int kRows = 8;  // threadIdx.y; each thread covers kTile/kRows rows
 constexpr int kPerThread = kTile / kRows;
-// A fraction of the fp32 peak (66.9 TFLOP/s at 1980 MHz): 10.8 TFLOP/s at
-// 4096^3 on the H200 (bench/results/h200/gemm-4096.txt).
-constexpr double kEfficiency = 0.16;
-// Per element of K (a 32-wide tile: two loads, a barrier, 32 FMAs per
-// output), from the H200 sweep: 59.9-377 us for K of 1024-16383 with
-// M x N of a few hundred, 26-62 ns; GEMMs of a few KFLOP about 1 us above
-// naive (SimtGemmSeconds).
-constexpr double kSecondsPerK = 40e-9;
-constexpr double kExtraSeconds = 1e-6;
+// The cost model (SimtGemmSeconds), fitted to the H200 selection sweep's
+// seed-7 shapes (bench/gemm_selection_fit.py --fit):
+constexpr SimtGemmCost kCost = {
+    kTile, kTile, kTile, kTile,
+    kTile,  // a 32-wide K tile per step: two loads, a barrier, 32 FMAs
+    // 10.8 TFLOP/s of the fp32 peak's 66.9 at 4096^3 on the H200
+    // (bench/results/h200/gemm-4096.txt).
+    0.16,
+    // A few KFLOP: 4.5-5.1 us, about 1 us above naive.
+    0.25e-6,
+    // One tile of one block: 2.2 us at 64x64 with K of 384-690 (30-52 us).
+    2.1e-6,
+    // From HBM, 0.8 us more.
+    0.8e-6,
+    // Blocks add nothing the fit could tell from the FLOPs.
+    0};
 
 template <typename T>
 __global__ void __launch_bounds__(kTile* kRows)
@@ -98,9 +105,7 @@ struct Traits {
       "4 outputs per thread, transposes in the tile loads";
   static constexpr int kTile = ::coalesce::cuda::kTile;
   static constexpr int kBlockRows = kRows;
-  static constexpr double kEfficiency = ::coalesce::cuda::kEfficiency;
-  static constexpr double kSecondsPerK = ::coalesce::cuda::kSecondsPerK;
-  static constexpr double kExtraSeconds = ::coalesce::cuda::kExtraSeconds;
+  static constexpr SimtGemmCost kCost = ::coalesce::cuda::kCost;
   template <typename T>
   static constexpr auto kKernel = &GemmSmemTiledKernel<T>;
 };

@@ -1,5 +1,6 @@
 // The CUDA variants' estimates on an H200 description, against winners the
-// H200 selection sweep measured (deploy/tuning/nvidia-h200.txt, and
+// H200 selection sweep measured (deploy/tuning/nvidia-h200.txt, its exact
+// GEMM shapes in kernels/cuda/testdata, and
 // bench/results/h200/gelu-layer-norm.txt): the heuristic is what a cold
 // server uses for shapes the shipped table lacks. Estimates are pure
 // functions of the problem and the device description: no GPU needed.
@@ -131,9 +132,12 @@ std::vector<TableGemm> ShippedFloat32Gemms() {
 
 // The heuristic against the shipped table's measurements: for a shape in
 // the middle of each entry's buckets, the variant with the lowest estimate
-// ran within 10% of the entry's fastest. 170 of 190 when the estimates were
-// fitted (the issue's bar for the real sweep is 95%; shapes at the bucket
-// middles are only near the ones measured).
+// ran within 10% of the entry's fastest. 170 of 190 with the estimates
+// before the sweep's exact shapes were fitted (below), 163 after: shapes at
+// the bucket middles are only near the ones measured (the middle of m's
+// bucket 6 is 48, the shapes there had m = 64), and the fitted estimates
+// tell apart regimes (cuBLASLt's split K under 32K outputs, a few rows of
+// short K) that a bucket's middle may not share with its shape.
 TEST_F(SelectionEstimate, Float32GemmsAgreeWithTheShippedTable) {
   const std::vector<TableGemm> entries = ShippedFloat32Gemms();
   ASSERT_GE(entries.size(), 100u) << COALESCE_H200_TABLE;
@@ -147,6 +151,68 @@ TEST_F(SelectionEstimate, Float32GemmsAgreeWithTheShippedTable) {
   }
   EXPECT_GE(good, 0.85 * entries.size())
       << good << " of " << entries.size() << " within 10%";
+}
+
+// Shapes of the H200 selection sweep (RandomShapes("gemm", 200, seed,
+// 64 MiB), float32) with every eligible variant's measured seconds, one
+// "M,N,K<TAB>variant=seconds,..." line each: kernels/cuda/testdata,
+// written by bench/gemm_selection_fit.py from
+// bench/results/h200/selection-sweep.
+std::vector<TableGemm> SweepGemms(const std::string& file) {
+  std::vector<TableGemm> out;
+  std::ifstream in(std::string(COALESCE_GEMM_SWEEP_DIR) + "/" + file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::vector<std::string> cols = absl::StrSplit(line, '\t');
+    if (cols.size() != 2) continue;
+    const std::vector<std::string> mnk = absl::StrSplit(cols[0], ',');
+    TableGemm g;
+    if (mnk.size() != 3 || !absl::SimpleAtoi(mnk[0], &g.m) ||
+        !absl::SimpleAtoi(mnk[1], &g.n) || !absl::SimpleAtoi(mnk[2], &g.k)) {
+      continue;
+    }
+    for (absl::string_view kv : absl::StrSplit(cols[1], ',')) {
+      const std::vector<std::string> p = absl::StrSplit(kv, '=');
+      double s = 0;
+      if (p.size() == 2 && absl::SimpleAtod(p[1], &s)) g.seconds[p[0]] = s;
+    }
+    if (!g.seconds.empty()) out.push_back(g);
+  }
+  return out;
+}
+
+// Issue 6's figure for the heuristic alone on the sweep's exact shapes: the
+// choice within 10% of the fastest for >= 95% of them. The estimates'
+// constants were fitted on seed 7: 188 of its 190 shapes with their own
+// measurement (166 before). Seed 8 was only evaluated: 183 of 189 (163
+// before). The misses left are all between naive and cuBLASLt: cuBLASLt
+// 1.2-1.5x slower than naive where estimated faster (5824x2x64,
+// 147x896x27, 64x712x32, 64x512x47, 1x4797x97) or 7.1x (7x134x128), and
+// naive 1.12-1.13x slower (64x64x64, 64x3740x2).
+TEST_F(SelectionEstimate, Float32GemmsOfTheSweepWithinTenPercent) {
+  // How many shapes ran within 10% of their fastest in the chosen variant.
+  auto within_ten_percent = [this](const std::vector<TableGemm>& shapes) {
+    int good = 0;
+    for (const TableGemm& g : shapes) {
+      const std::string c = Chosen(F32Gemm(g.m, g.n, g.k));
+      double best = 1e30;
+      for (const auto& [name, s] : g.seconds) best = std::min(best, s);
+      const auto it = g.seconds.find(c);
+      if (it != g.seconds.end() && it->second <= 1.1 * best) ++good;
+    }
+    return good;
+  };
+  const std::vector<TableGemm> train = SweepGemms("gemm_selection_seed7.txt");
+  const std::vector<TableGemm> held_out =
+      SweepGemms("gemm_selection_seed8.txt");
+  ASSERT_EQ(train.size(), 190u);
+  ASSERT_EQ(held_out.size(), 189u);
+  const int train_good = within_ten_percent(train);
+  const int held_out_good = within_ten_percent(held_out);
+  EXPECT_GE(train_good, 188) << train_good << " of " << train.size();
+  EXPECT_GE(held_out_good, 183) << held_out_good << " of " << held_out.size();
+  EXPECT_GE(held_out_good, 0.95 * held_out.size());
 }
 
 }  // namespace

@@ -1,0 +1,416 @@
+#!/usr/bin/env python3
+"""The float32 GEMM selection heuristic against the H200 selection sweep.
+
+Issue 6 asks that, over 200 random GEMM shapes, the automatic choice of a
+cold server (shipped table, then the heuristic) run within 10% of the fastest
+variant for >= 95% of the shapes. The sweep's tables
+(bench/results/h200/selection-sweep/table-{heuristic,cold}-gemm.txt) keep one
+measurement per selection key, whose log2 buckets do not name the shape; this
+tool regenerates the exact shapes (`coalesce tune gemm --random_shapes=200`
+draws them with RandomShapes in client/selection_cli.cc: std::mt19937_64,
+libstdc++'s uniform_real_distribution, re-implemented here bit for bit) and
+gives each table entry to the last shape with its key (the table is written
+shape by shape, a later shape's entry replacing an earlier one's; the earlier
+shapes of a shared key have no measurement of their own and are left out).
+
+It mirrors the EstimateSeconds of gemm.cuda.{naive,smem_tiled,reg_tiled,
+cublaslt} (kernels/cuda/gemm_common.cc, gemm_cublaslt.cc) on the H200
+description of kernels/cuda/selection_estimate_test.cc, before (`old`) and
+after (`new`) the model of this tool's commit, and prints how often the
+variant with the lowest estimate ran within 10% of the fastest:
+
+  bench/gemm_selection_fit.py                 # seed 7: the training shapes
+  bench/gemm_selection_fit.py --fit           # the regressions behind the constants
+  bench/gemm_selection_fit.py --held-out      # seed 8 too (never fitted on)
+  bench/gemm_selection_fit.py --write-testdata kernels/cuda/testdata
+
+--write-testdata writes gemm_selection_seed7.txt and gemm_selection_seed8.txt
+("M,N,K<TAB>variant=seconds,..." lines) for selection_estimate_test.
+Plain Python 3, no packages.
+"""
+
+import argparse
+import math
+import os
+import sys
+
+SWEEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                     "h200", "selection-sweep")
+TRAIN = (7, "table-heuristic-gemm.txt")
+HELD_OUT = (8, "table-cold-gemm.txt")
+VARIANTS = ("cublaslt", "naive", "smem_tiled", "reg_tiled")
+
+# --- the shapes -------------------------------------------------------------
+
+MASK64 = (1 << 64) - 1
+
+
+class MT19937_64:
+    """std::mt19937_64."""
+
+    def __init__(self, seed):
+        self.mt = [seed & MASK64]
+        for i in range(1, 312):
+            prev = self.mt[-1]
+            self.mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i)
+                           & MASK64)
+        self.index = 312
+
+    def __call__(self):
+        if self.index >= 312:
+            mt = self.mt
+            for i in range(312):
+                x = (mt[i] & 0xFFFFFFFF80000000) | (mt[(i + 1) % 312]
+                                                    & 0x7FFFFFFF)
+                mt[i] = mt[(i + 156) % 312] ^ (x >> 1) ^ (
+                    0xB5026F5AA96619E9 if x & 1 else 0)
+            self.index = 0
+        y = self.mt[self.index]
+        self.index += 1
+        y ^= (y >> 29) & 0x5555555555555555
+        y ^= (y << 17) & 0x71D67FFFEDA60000
+        y ^= (y << 37) & 0xFFF7EEE000000000
+        y ^= y >> 43
+        return y & MASK64
+
+
+def random_gemm_shapes(count, seed, max_bytes=64 << 20):
+    """RandomShapes("gemm", count, seed, max_bytes) as (m, n, k) tuples."""
+    rng = MT19937_64(seed)
+
+    def canonical():  # std::generate_canonical<double, 53> of a 64-bit engine
+        r = float(rng()) / 18446744073709551616.0
+        return r if r < 1.0 else math.nextafter(1.0, 0.0)
+
+    def size(lo, hi):
+        a, b = math.log(lo), math.log(hi)
+        v = int(math.exp(canonical() * (b - a) + a))
+        if rng() % 2 == 0:
+            v = max(64, (v + 32) // 64 * 64)
+        return min(max(v, lo), hi)
+
+    out = []
+    while len(out) < count:
+        m, n, k = size(1, 8192), size(1, 8192), size(1, 8192)
+        if (m * k + k * n + m * n) * 4 <= max_bytes:
+            out.append((m, n, k))
+    return out
+
+
+def log2_bucket(x):
+    b = 0
+    while (1 << b) < x and b < 62:
+        b += 1
+    return b
+
+
+def align_class(x):
+    a = 1
+    while a < 16 and x % (2 * a) == 0:
+        a *= 2
+    return a
+
+
+def shape_key(m, n, k):
+    """ShapeKey (kernels/core/selection_key.cc) of a float32 GEMM, t00."""
+    return "gemm|float32|b0|m%d|n%d|k%d|a%d.%d.%d|t00" % (
+        log2_bucket(m), log2_bucket(n), log2_bucket(k), align_class(m),
+        align_class(n), align_class(k))
+
+
+def read_table(path):
+    """{shape key: {variant: seconds}} of a tuning table's float32 GEMMs."""
+    table = {}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("entry gemm|float32|"):
+                continue
+            cols = line.rstrip("\n").split("\t")
+            key = "|".join(cols[0][len("entry "):].split("|")[:8])
+            table[key] = {
+                kv.split("=")[0].rsplit(".", 1)[-1]: float(kv.split("=")[1])
+                for kv in cols[3].split(",")
+            }
+    return table
+
+
+def measured_shapes(seed, table_file):
+    """[(shape, {variant: seconds})] of the shapes with their own
+    measurement, and of all 200 shapes, each with its key's entry."""
+    table = read_table(os.path.join(SWEEP, table_file))
+    shapes = random_gemm_shapes(200, seed)
+    last = {shape_key(*s): i for i, s in enumerate(shapes)}
+    if set(last) != set(table):
+        sys.exit("%s: its keys are not those of the seed-%d shapes" %
+                 (table_file, seed))
+    rows = [(s, table[shape_key(*s)]) for i, s in enumerate(shapes)
+            if last[shape_key(*s)] == i]
+    return rows, [(s, table[shape_key(*s)]) for s in shapes]
+
+
+# --- the device (H200() in kernels/cuda/selection_estimate_test.cc) --------
+
+SMS = 132
+L2_BYTES = 60 << 20
+COPY_BW = 4.2e12
+FP32_PEAK = 2.0 * 128 * 132 * 1.98e9
+LAUNCH = 3e-6  # kGpuLaunchSeconds
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def min_bytes(m, n, k):
+    return 4.0 * (m * k + k * n + m * n)
+
+
+def flops(m, n, k):
+    return 2.0 * m * n * k + 2.0 * m * n
+
+
+# --- the estimates before this tool's commit --------------------------------
+
+
+def old_estimates(m, n, k):
+    memory = min_bytes(m, n, k) / COPY_BW
+    math_ = flops(m, n, k) / FP32_PEAK
+
+    def simt(eff, extra, seconds_per_k):
+        return LAUNCH + extra + max(math_ / eff, memory / 0.5,
+                                    k * seconds_per_k)
+
+    return {
+        "cublaslt": max(memory, math_) / 0.72 + LAUNCH + 2e-6,
+        "naive": simt(0.08, 0, 20e-9),
+        "smem_tiled": simt(0.16, 1e-6, 40e-9),
+        "reg_tiled": simt(0.6, 1.5e-6, 70e-9),
+    }
+
+
+# --- the model of this commit (SimtGemmSeconds, CublasLtFloat32Seconds) ----
+
+
+def operands_from_hbm(m, n, k):
+    """GemmOperandsFromHbm: the sweep keeps a shape's operands in L2 up to
+    about 1% of the L2 per buffer set (it rotates up to 64 sets)."""
+    return min_bytes(m, n, k) * 100 > L2_BYTES
+
+
+# (tile_m, tile_n, pad_m, pad_n, k_step): a block's output tile, the
+# granularity of the outputs it computes (a naive warp covers 2 rows x 16
+# columns), and the K elements of one step of its K loop.
+SIMT_SHAPE = {
+    "naive": (16, 16, 2, 16, 1),
+    "smem_tiled": (32, 32, 32, 32, 32),
+    "reg_tiled": (128, 128, 128, 128, 8),
+}
+
+# (efficiency, extra_seconds, step_seconds, hbm_step_seconds, block_seconds):
+# rounded from --fit (efficiency of smem_tiled and reg_tiled: their 4096^3
+# figures, as before).
+SIMT_COST = {
+    "naive": (0.10, 0.55e-6, 34e-9, 22e-9, 200e-9),
+    "smem_tiled": (0.16, 0.25e-6, 2.1e-6, 0.8e-6, 0.0),
+    "reg_tiled": (0.60, 1.6e-6, 0.9e-6, 0.0, 1.5e-6),
+}
+
+LT = dict(
+    efficiency=0.72,  # kEfficiency, 4096^3
+    memory_efficiency=0.6,
+    call=1.9e-6,
+    split_k=2.4e-6,
+    split_k_max_outputs=32768,
+    skinny_rows=16,
+    skinny_max_k=64,
+    hbm_step=16e-9,
+    hbm_max_steps=256,
+)
+
+
+def simt_seconds(variant, m, n, k, cost=None):
+    tile_m, tile_n, pad_m, pad_n, k_step = SIMT_SHAPE[variant]
+    eff, extra, step, hbm_step, block = cost or SIMT_COST[variant]
+    padded = 2.0 * (pad_m * cdiv(m, pad_m)) * (pad_n * cdiv(n, pad_n)) * k
+    blocks = cdiv(m, tile_m) * cdiv(n, tile_n)
+    if operands_from_hbm(m, n, k):
+        step += hbm_step
+    return (LAUNCH + extra + cdiv(k, k_step) * step + padded / (eff * FP32_PEAK)
+            + blocks / SMS * block)
+
+
+def lt_splits_k(m, n, k, lt=LT):
+    gemv = m == 1 or n == 1
+    skinny = m <= lt["skinny_rows"] and k <= lt["skinny_max_k"]
+    return k > 1 and m * n < lt["split_k_max_outputs"] and not gemv and not skinny
+
+
+def lt_seconds(m, n, k, lt=LT):
+    t = LAUNCH + lt["call"]
+    if lt_splits_k(m, n, k, lt):
+        t += lt["split_k"]
+    if operands_from_hbm(m, n, k):
+        t += lt["hbm_step"] * min(k, lt["hbm_max_steps"])
+    return (t + flops(m, n, k) / (lt["efficiency"] * FP32_PEAK) +
+            min_bytes(m, n, k) / (lt["memory_efficiency"] * COPY_BW))
+
+
+def new_estimates(m, n, k):
+    e = {v: simt_seconds(v, m, n, k) for v in SIMT_SHAPE}
+    e["cublaslt"] = lt_seconds(m, n, k)
+    return e
+
+
+# --- evaluation ---------------------------------------------------------------
+
+
+def within(rows, estimates, table=None, worst=0):
+    """Shapes whose choice ran within 10% of their fastest. With `table`
+    (another sweep's {key: times}), a shape whose key it holds takes that
+    entry's fastest, as a cold server with the shipped table does."""
+    good, bad = 0, []
+    for s, t in rows:
+        if table is not None and shape_key(*s) in table:
+            tt = table[shape_key(*s)]
+            choice, how = min(tt, key=tt.get), "table"
+        else:
+            e = estimates(*s)
+            choice, how = min(e, key=e.get), "heuristic"
+        ratio = t[choice] / min(t.values())
+        if ratio <= 1.1:
+            good += 1
+        else:
+            bad.append((ratio, s, choice, how, min(t, key=t.get)))
+    for ratio, s, choice, how, best in sorted(bad, reverse=True)[:worst]:
+        print("    %d,%d,%d: %s (%s) %.2fx the fastest, %s" %
+              (s + (choice, how, ratio, best)))
+    return good
+
+
+def report(seed, table_file, rows, all_rows, table=None):
+    print("seed %d (%s): %d shapes with their own measurement (%d left out: "
+          "a later shape's entry replaced theirs)" %
+          (seed, table_file, len(rows), len(all_rows) - len(rows)))
+    for name, est in (("old", old_estimates), ("new", new_estimates)):
+        print("  %s heuristic: %d of %d within 10%% (all %d, each with its "
+              "key's entry: %d)" % (name, within(rows, est), len(rows),
+                                    len(all_rows), within(all_rows, est)))
+        within(rows, est, worst=5)
+        if table is not None:
+            g = within(rows, est, table)
+            print("  %s, seed-7 table first (a cold server): %d of %d" %
+                  (name, g, len(rows)))
+
+
+# --- the regressions behind the constants -------------------------------------
+
+
+def solve(a, b):
+    n = len(a)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        m[c], m[p] = m[p], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def least_squares(x, y, scale):
+    """Coefficients minimising the sum of ((x.c - y) / scale)^2."""
+    w = [1 / v**2 for v in scale]
+    n = len(x[0])
+    a = [[sum(wr * xr[i] * xr[j] for wr, xr in zip(w, x)) for j in range(n)]
+         for i in range(n)]
+    b = [sum(wr * xr[i] * yr for wr, xr, yr in zip(w, x, y)) for i in range(n)]
+    return solve(a, b)
+
+
+def fit(rows):
+    """Each variant's measured seconds on seed 7 against its model's terms,
+    least squares of the relative error."""
+    fixed_eff = {"naive": None, "smem_tiled": 0.16, "reg_tiled": 0.6}
+    terms = {
+        "naive": ("extra", "step", "hbm_step", "block"),
+        "smem_tiled": ("extra", "step", "hbm_step"),
+        "reg_tiled": ("extra", "step", "block"),
+    }
+    for v, (tile_m, tile_n, pad_m, pad_n, k_step) in SIMT_SHAPE.items():
+        x, y, scale = [], [], []
+        for (m, n, k), t in rows:
+            scale.append(t[v])
+            padded = 2.0 * (pad_m * cdiv(m, pad_m)) * (pad_n * cdiv(n, pad_n)) * k
+            steps = cdiv(k, k_step)
+            f = {
+                "extra": 1.0,
+                "step": steps,
+                "hbm_step": steps if operands_from_hbm(m, n, k) else 0,
+                "block": cdiv(m, tile_m) * cdiv(n, tile_n) / SMS,
+                "1/efficiency": padded / FP32_PEAK,
+            }
+            x.append([f[u] for u in terms[v]] +
+                     ([f["1/efficiency"]] if fixed_eff[v] is None else []))
+            y.append(t[v] - LAUNCH -
+                     (f["1/efficiency"] / fixed_eff[v] if fixed_eff[v] else 0))
+        c = least_squares(x, y, scale)
+        names = list(terms[v]) + (["efficiency"]
+                                  if fixed_eff[v] is None else [])
+        shown = ["%s %.3g" % (u, 1 / q if u == "efficiency" else q)
+                 for u, q in zip(names, c)]
+        print("  %-10s %s%s" % (v, ", ".join(shown), "" if fixed_eff[v] is None
+                                else ", efficiency %.2g (fixed)" % fixed_eff[v]))
+    x, y, scale = [], [], []
+    for (m, n, k), t in rows:
+        scale.append(t["cublaslt"])
+        x.append([
+            1.0, 1.0 if lt_splits_k(m, n, k) else 0.0,
+            min(k, LT["hbm_max_steps"]) if operands_from_hbm(m, n, k) else 0.0,
+            flops(m, n, k) / FP32_PEAK, min_bytes(m, n, k) / COPY_BW
+        ])
+        y.append(t["cublaslt"] - LAUNCH)
+    c = least_squares(x, y, scale)
+    print("  cublaslt   call %.3g, split_k %.3g, hbm_step %.3g, efficiency "
+          "%.3g, memory_efficiency %.3g" % (c[0], c[1], c[2], 1 / c[3],
+                                            1 / c[4]))
+
+
+def write_testdata(directory, seed, rows):
+    path = os.path.join(directory, "gemm_selection_seed%d.txt" % seed)
+    with open(path, "w") as f:
+        f.write("# Generated by bench/gemm_selection_fit.py --write-testdata "
+                "from bench/results/h200/selection-sweep (seed %d); do not "
+                "edit.\n# M,N,K<TAB>every eligible variant's measured seconds "
+                "on the H200 (float32, no TF32).\n" % seed)
+        for (m, n, k), t in rows:
+            f.write("%d,%d,%d\t%s\n" % (m, n, k, ",".join(
+                "gemm.cuda.%s=%.9g" % (v, t[v]) for v in VARIANTS if v in t)))
+    print("wrote %s (%d shapes)" % (path, len(rows)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fit", action="store_true",
+                    help="print the regressions on seed 7")
+    ap.add_argument("--held-out", action="store_true",
+                    help="evaluate on seed 8 too")
+    ap.add_argument("--write-testdata", metavar="DIR")
+    args = ap.parse_args()
+    train, train_all = measured_shapes(*TRAIN)
+    report(TRAIN[0], TRAIN[1], train, train_all)
+    if args.fit:
+        print("fit on seed %d (seconds):" % TRAIN[0])
+        fit(train)
+    if args.held_out or args.write_testdata:
+        held, held_all = measured_shapes(*HELD_OUT)
+        if args.held_out:
+            report(HELD_OUT[0], HELD_OUT[1], held, held_all,
+                   read_table(os.path.join(SWEEP, TRAIN[1])))
+        if args.write_testdata:
+            write_testdata(args.write_testdata, TRAIN[0], train)
+            write_testdata(args.write_testdata, HELD_OUT[0], held)
+
+
+if __name__ == "__main__":
+    main()
