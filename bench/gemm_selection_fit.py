@@ -19,10 +19,10 @@ description of kernels/cuda/selection_estimate_test.cc, before (`old`) and
 after (`new`) the model of this tool's commit, and prints how often the
 variant with the lowest estimate ran within 10% of the fastest:
 
-  bench/gemm_selection_fit.py                 # seed 7: the training shapes
-  bench/gemm_selection_fit.py --fit           # the regressions behind the constants
-  bench/gemm_selection_fit.py --held-out      # seed 8 too (never fitted on)
-  bench/gemm_selection_fit.py --write-testdata kernels/cuda/testdata
+  python3 bench/gemm_selection_fit.py                 # seed 7: the training shapes
+  python3 bench/gemm_selection_fit.py --fit           # the regressions behind the constants
+  python3 bench/gemm_selection_fit.py --held-out      # seed 8 too (never fitted on)
+  python3 bench/gemm_selection_fit.py --write-testdata kernels/cuda/testdata
 
 --write-testdata writes gemm_selection_seed7.txt and gemm_selection_seed8.txt
 ("M,N,K<TAB>variant=seconds,..." lines) for selection_estimate_test.
