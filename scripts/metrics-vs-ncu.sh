@@ -12,7 +12,9 @@
 #    sm__maximum_warps_per_active_cycle_pct.
 # 3. The same requests in a server running under ncu (cache-control none,
 #    then all): the kernel of each op's third request, profiled in place.
-# 4. A table of all of them, with the ratios, in OUT_DIR/metrics-vs-ncu.md.
+# 4. A server sampling every launch (--profile_sampling): its achieved
+#    occupancy and DRAM throughput per op, from /metrics.
+# 5. A table of all of them, with the ratios, in OUT_DIR/metrics-vs-ncu.md.
 set -uo pipefail
 out=${1:?usage: metrics-vs-ncu.sh OUT_DIR}
 mkdir -p "$out"
@@ -89,6 +91,20 @@ for cache in none all; do
   pkill -TERM -x coalesce-server
   wait "$server_pid" 2>/dev/null
 done
+# 4. A server sampling every launch with CUPTI (--profile_sampling): each
+#    op's requests again, then its /metrics, whose achieved occupancy and
+#    DRAM throughput (means over the op's sampled requests) go beside ncu's.
+serve --profile_sampling=sampled --profile_sampling_fraction=1
+mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+for c in "${cases[@]}"; do
+  IFS='|' read -r name cli_args bench_args <<<"$c"
+  for _ in 1 2 3; do
+    # shellcheck disable=SC2086
+    cli $cli_args >/dev/null 2>&1
+  done
+done
+curl -s "http://127.0.0.1:$mport/metrics" >"$out/metrics-sampled.txt"
+kill $server_pid; wait $server_pid 2>/dev/null
 python3 - "$out" <<'PY'
 import csv, re, sys
 out = sys.argv[1]
@@ -113,6 +129,14 @@ def ncu_rows(path):
         pass
     return [(k, v[0], v[1]) for k, v in sorted(launches.items())]
 
+def base_name(kernel):
+    """The function's own name: ncu writes the same kernel as
+    "void coalesce::<unnamed>::K<4, 64, 32>(...)" in one process and
+    "void unnamed>::K<4, 64, 32>(...)" in another."""
+    head = re.split(r"[<(]", kernel.replace("<unnamed>", "unnamed"), 1)[0]
+    words = re.findall(r"\w+", head)
+    return words[-1] if words else kernel
+
 def micros(m):
     dur = m.get("gpu__time_duration.sum")
     tscale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3}
@@ -125,7 +149,7 @@ names = ["transpose", "layout", "gelu_layer_norm", "gemm"]
 bench_kernel = {}
 for name in names:
     rows_ = ncu_rows(f"{out}/ncu-{name}.csv")
-    bench_kernel[name] = rows_[0][1] if rows_ else None
+    bench_kernel[name] = base_name(rows_[0][1]) if rows_ else None
 in_server = {}
 for cache in ["none", "all"]:
     launches = ncu_rows(f"{out}/ncu-server-{cache}.csv")
@@ -133,14 +157,31 @@ for cache in ["none", "all"]:
     for name in names:
         seen = 0
         while pos < len(launches) and seen < 3:
-            if launches[pos][1] == bench_kernel[name]:
+            if base_name(launches[pos][1]) == bench_kernel[name]:
                 seen += 1
                 if seen == 3:
                     in_server[(name, cache)] = micros(launches[pos][2])
             pos += 1
 
-rows = ["| op | variant | exported GB/s | ncu DRAM GB/s | ratio | exported kernel us | ncu duration us | ratio | ncu in server, caches as left / flushed, us | ratio to exported | exported occupancy | ncu max warps % | ncu achieved warps % |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+# Means of the sampled histograms per variant: _sum / _count.
+sampled = {}
+try:
+    for line in open(f"{out}/metrics-sampled.txt"):
+        m = re.match(r'coalesce_kernel_(achieved_occupancy_ratio|sampled_dram_bytes_per_second)_(sum|count)\{.*variant="([^"]+)".*\} (\S+)', line)
+        if m:
+            d = sampled.setdefault(m.group(3), {})
+            key = (m.group(1), m.group(2))
+            d[key] = d.get(key, 0.0) + float(m.group(4))
+except OSError:
+    pass
+
+def sampled_mean(variant, family):
+    d = sampled.get(variant, {})
+    n = d.get((family, "count"), 0)
+    return d.get((family, "sum"), 0) / n if n else float("nan")
+
+rows = ["| op | variant | exported GB/s | ncu DRAM GB/s | ratio | exported kernel us | ncu duration us | ratio | ncu in server, caches as left / flushed, us | ratio to exported | exported occupancy | ncu max warps % | ncu achieved warps % | sampled achieved occupancy % | sampled DRAM GB/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 for name in names:
     rep = open(f"{out}/report-{name}.txt").read()
     variant = re.search(r"variant: *(\S+)", rep)
@@ -171,14 +212,16 @@ for name in names:
     exp_us = float(kern.group(1)) if kern else float("nan")
     srv_none = in_server.get((name, "none"), float("nan"))
     srv_all = in_server.get((name, "all"), float("nan"))
-    rows.append("| %s | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f | %.1f / %.1f | %.3f | %s | %s | %s |" % (
+    rows.append("| %s | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f | %.1f / %.1f | %.3f | %s | %s | %s | %.1f | %.0f |" % (
         name, variant.group(1) if variant else "-", exported, dram_gbps,
         exported / dram_gbps if dram_gbps == dram_gbps and dram_gbps else float("nan"),
         exp_us, ncu_us, ncu_us / exp_us if exp_us == exp_us and exp_us else float("nan"),
         srv_none, srv_all, srv_none / exp_us if exp_us == exp_us and exp_us else float("nan"),
         "%.1f%%" % (100 * float(occ.group(1))) if occ else "-",
         "%.1f" % m["sm__maximum_warps_per_active_cycle_pct"][0] if "sm__maximum_warps_per_active_cycle_pct" in m else "-",
-        "%.1f" % m["sm__warps_active.avg.pct_of_peak_sustained_active"][0] if "sm__warps_active.avg.pct_of_peak_sustained_active" in m else "-"))
+        "%.1f" % m["sm__warps_active.avg.pct_of_peak_sustained_active"][0] if "sm__warps_active.avg.pct_of_peak_sustained_active" in m else "-",
+        100 * sampled_mean(variant.group(1) if variant else "", "achieved_occupancy_ratio"),
+        1e-9 * sampled_mean(variant.group(1) if variant else "", "sampled_dram_bytes_per_second")))
 text = "\n".join(rows) + "\n"
 open(f"{out}/metrics-vs-ncu.md", "w").write(text)
 print(text)
