@@ -26,6 +26,7 @@
 #             only (training shapes, seed 7, whose table is shipped); cold,
 #             i.e. that table and the heuristic, on other shapes (seed 8);
 #             after tuning, those shapes again with their own table loaded
+#             (TUNE_OPS limits the ops, TUNE_COLD_SEED replaces seed 8)
 # Never touches clocks, power or MIG settings.
 set -uo pipefail
 out=${1:?usage: gpu-check.sh OUT_DIR [STEPS] [bench flags]}
@@ -117,8 +118,12 @@ fi
 if has tune; then
   echo "== selection quality sweep"
   shapes=${TUNE_SHAPES:-200}
+  ops=${TUNE_OPS:-transpose layout gelu-ln gemm}
+  cold_seed=${TUNE_COLD_SEED:-8}
   sweep() {  # $1: phase name, $2: shape seed; writes table-$1.txt
-    for op in transpose layout gelu-ln gemm; do
+    local t0=$SECONDS first=
+    for op in $ops; do
+      first=${first:-$op}
       max=268435456
       [ "$op" = gemm ] && max=67108864
       "$bin/coalesce" --server=127.0.0.1:$port tune $op --random_shapes=$shapes \
@@ -126,9 +131,10 @@ if has tune; then
         >"$out/tune-$1-$op.txt" 2>/dev/null || status=1
       echo "$1 $op: $(grep 'within 10%' "$out/tune-$1-$op.txt")"
     done
+    echo "$1: $((SECONDS - t0)) s"
     # One table file: the first's header, every file's entries.
-    head -n 4 "$out/table-$1-transpose.txt" >"$out/table-$1.txt"
-    for op in transpose layout gelu-ln gemm; do
+    head -n 4 "$out/table-$1-$first.txt" >"$out/table-$1.txt"
+    for op in $ops; do
       grep '^entry ' "$out/table-$1-$op.txt" >>"$out/table-$1.txt"
     done
     kill $server_pid; wait $server_pid 2>/dev/null
@@ -139,11 +145,11 @@ if has tune; then
   sweep heuristic 7
   # 2. Cold: that table plus the heuristic, over other shapes (seed 8).
   serve --tuning_table="$out/table-heuristic.txt"
-  sweep cold 8
+  sweep cold "$cold_seed"
   # 3. After tuning: the same shapes with their own measurements loaded,
   #    re-measured.
   serve --tuning_table="$out/table-cold.txt"
-  sweep tuned 8
+  sweep tuned "$cold_seed"
 fi
 if has service; then
   # Issue 8 on this GPU: 64 MiB float32 GELU-LN with its input a
