@@ -128,17 +128,48 @@ __device__ __forceinline__ float LoadOpB(const T* b, bool trans, int n, int k,
 // D[batch][i][j] = alpha * acc + beta * C[batch][i][j], rounded to T. The
 // caller has checked i < m and j < n.
 template <typename T>
-__device__ __forceinline__ void StoreGemmOutput(const GemmParams& p,
-                                                int64_t batch, int i, int j,
-                                                float acc) {
-  const int64_t idx = static_cast<int64_t>(i) * p.n + j;
+__device__ __forceinline__ float GemmOutputValue(const GemmParams& p,
+                                                 int64_t batch, int64_t idx,
+                                                 float acc) {
   float v = p.alpha * acc;
   if (p.read_c) {
     const T* c = static_cast<const T*>(p.c) + batch * p.stride_c;
     v = fmaf(p.beta, ToFloat(c[idx]), v);
   }
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ void StoreGemmOutput(const GemmParams& p,
+                                                int64_t batch, int i, int j,
+                                                float acc) {
+  const int64_t idx = static_cast<int64_t>(i) * p.n + j;
   T* d = static_cast<T*>(p.d) + batch * static_cast<int64_t>(p.m) * p.n;
-  d[idx] = FromFloat<T>(v);
+  d[idx] = FromFloat<T>(GemmOutputValue<T>(p, batch, idx, acc));
+}
+
+// Two adjacent elements, rounded as FromFloat does, in one store.
+__device__ __forceinline__ void StorePair(float* d, float a, float b) {
+  *reinterpret_cast<float2*>(d) = make_float2(a, b);
+}
+__device__ __forceinline__ void StorePair(__half* d, float a, float b) {
+  *reinterpret_cast<__half2*>(d) = __floats2half2_rn(a, b);
+}
+__device__ __forceinline__ void StorePair(__nv_bfloat16* d, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(a, b);
+}
+
+// D[i][j] and D[i][j+1] as StoreGemmOutput computes them, in one store (one
+// 4-byte store of two 16-bit elements instead of two 2-byte ones). The
+// caller has checked i < m and j + 1 < n, and that n and j are even: with
+// D's base 16-byte aligned, the pair is then aligned.
+template <typename T>
+__device__ __forceinline__ void StoreGemmOutputPair(const GemmParams& p,
+                                                    int64_t batch, int i, int j,
+                                                    float acc0, float acc1) {
+  const int64_t idx = static_cast<int64_t>(i) * p.n + j;
+  T* d = static_cast<T*>(p.d) + batch * static_cast<int64_t>(p.m) * p.n;
+  StorePair(d + idx, GemmOutputValue<T>(p, batch, idx, acc0),
+            GemmOutputValue<T>(p, batch, idx + 1, acc1));
 }
 
 struct TileCoord {

@@ -50,7 +50,8 @@ constexpr int kStages = 4;
 constexpr int kKBytes = 64;  // bytes of k per shared row per stage
 constexpr int kChunk = 16;   // bytes per cp.async
 // A fraction of the 16-bit tensor peak (1070 TFLOP/s at 1980 MHz): 312 and
-// 308 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16 (bench/results/h200/gemm-4096.txt).
+// 308 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16
+// (bench/results/h200/gemm-4096.txt).
 constexpr double kEfficiency = 0.29;
 
 // Shared-memory geometry of one stage, in elements of T.
@@ -358,6 +359,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn) {
         const int j = j0 + wn + jn * 8 + 2 * t;
+        // j is even: with n even, the lane's two columns are one aligned
+        // pair (StoreGemmOutputPair).
+        if (p.n % 2 == 0 && j + 1 < p.n) {
+          StoreGemmOutputPair<T>(p, batch, i, j, acc[im][jn][2 * h],
+                                 acc[im][jn][2 * h + 1]);
+          continue;
+        }
         if (j < p.n) StoreGemmOutput<T>(p, batch, i, j, acc[im][jn][2 * h]);
         if (j + 1 < p.n) {
           StoreGemmOutput<T>(p, batch, i, j + 1, acc[im][jn][2 * h + 1]);
