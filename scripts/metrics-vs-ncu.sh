@@ -22,6 +22,17 @@ mkdir -p "$out"
 . "$(dirname "$0")/gpu-env.sh"
 serve
 cli() { "$bin/coalesce" --server=127.0.0.1:$port "$@" --report; }
+# Every case's request three times, answers discarded.
+send_cases() {
+  local c name cli_args bench_args
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name cli_args bench_args <<<"$c"
+    for _ in 1 2 3; do
+      # shellcheck disable=SC2086
+      cli $cli_args >/dev/null 2>&1
+    done
+  done
+}
 # name | CLI arguments | coalesce-bench arguments for the same problem
 cases=(
   "transpose|transpose --shape=8192,8192|--ops=transpose --shape=1,8192,8192 --dtypes=float32"
@@ -78,13 +89,7 @@ for cache in none all; do
   if [ -z "$port" ]; then
     echo "the server under ncu did not come up (cache-control $cache)" >&2
   else
-    for c in "${cases[@]}"; do
-      IFS='|' read -r name cli_args bench_args <<<"$c"
-      for _ in 1 2 3; do
-        # shellcheck disable=SC2086
-        cli $cli_args >/dev/null 2>&1
-      done
-    done
+    send_cases
   fi
   # The server, not ncu, gets the signal: ncu writes its results when the
   # profiled process exits.
@@ -96,13 +101,7 @@ done
 #    DRAM throughput (means over the op's sampled requests) go beside ncu's.
 serve --profile_sampling=sampled --profile_sampling_fraction=1
 mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
-for c in "${cases[@]}"; do
-  IFS='|' read -r name cli_args bench_args <<<"$c"
-  for _ in 1 2 3; do
-    # shellcheck disable=SC2086
-    cli $cli_args >/dev/null 2>&1
-  done
-done
+send_cases
 curl -s "http://127.0.0.1:$mport/metrics" >"$out/metrics-sampled.txt"
 kill $server_pid; wait $server_pid 2>/dev/null
 python3 - "$out" <<'PY'

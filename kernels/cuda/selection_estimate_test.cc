@@ -100,6 +100,20 @@ struct TableGemm {
   std::map<std::string, double> seconds;
 };
 
+// How many of gemms ran within 10% of their fastest variant in the one
+// chosen(gemm) names.
+template <typename Chooser>
+int WithinTenPercent(const std::vector<TableGemm>& gemms, Chooser chosen) {
+  int good = 0;
+  for (const TableGemm& g : gemms) {
+    double best = 1e30;
+    for (const auto& [name, s] : g.seconds) best = std::min(best, s);
+    const auto it = g.seconds.find(chosen(g));
+    if (it != g.seconds.end() && it->second <= 1.1 * best) ++good;
+  }
+  return good;
+}
+
 std::vector<TableGemm> ShippedFloat32Gemms() {
   std::vector<TableGemm> out;
   std::ifstream in(COALESCE_H200_TABLE);
@@ -141,14 +155,9 @@ std::vector<TableGemm> ShippedFloat32Gemms() {
 TEST_F(SelectionEstimate, Float32GemmsAgreeWithTheShippedTable) {
   const std::vector<TableGemm> entries = ShippedFloat32Gemms();
   ASSERT_GE(entries.size(), 100u) << COALESCE_H200_TABLE;
-  int good = 0;
-  for (const TableGemm& e : entries) {
-    const std::string c = Chosen(F32Gemm(e.m, e.n, e.k));
-    double best = 1e30;
-    for (const auto& [name, s] : e.seconds) best = std::min(best, s);
-    const auto it = e.seconds.find(c);
-    if (it != e.seconds.end() && it->second <= 1.1 * best) ++good;
-  }
+  const int good = WithinTenPercent(entries, [this](const TableGemm& e) {
+    return Chosen(F32Gemm(e.m, e.n, e.k));
+  });
   EXPECT_GE(good, 0.85 * entries.size())
       << good << " of " << entries.size() << " within 10%";
 }
@@ -191,17 +200,10 @@ std::vector<TableGemm> SweepGemms(const std::string& file) {
 // 147x896x27, 64x712x32, 64x512x47, 1x4797x97) or 7.1x (7x134x128), and
 // naive 1.12-1.13x slower (64x64x64, 64x3740x2).
 TEST_F(SelectionEstimate, Float32GemmsOfTheSweepWithinTenPercent) {
-  // How many shapes ran within 10% of their fastest in the chosen variant.
   auto within_ten_percent = [this](const std::vector<TableGemm>& shapes) {
-    int good = 0;
-    for (const TableGemm& g : shapes) {
-      const std::string c = Chosen(F32Gemm(g.m, g.n, g.k));
-      double best = 1e30;
-      for (const auto& [name, s] : g.seconds) best = std::min(best, s);
-      const auto it = g.seconds.find(c);
-      if (it != g.seconds.end() && it->second <= 1.1 * best) ++good;
-    }
-    return good;
+    return WithinTenPercent(shapes, [this](const TableGemm& g) {
+      return Chosen(F32Gemm(g.m, g.n, g.k));
+    });
   };
   const std::vector<TableGemm> train = SweepGemms("gemm_selection_seed7.txt");
   const std::vector<TableGemm> held_out =
