@@ -1,20 +1,23 @@
 // gemm.cuda.tensor_core: warp-level tensor-core GEMM (mma.sync) fed by a
-// 4-stage cp.async pipeline; float16 and bfloat16 (m16n8k16), and float32
+// 3-stage cp.async pipeline; float16 and bfloat16 (m16n8k16), and float32
 // as TF32 (m16n8k8) when the problem allows it. float32 accumulation.
 //
 // - Block tile 128x128, 8 warps as 2x4, each warp a 64x32 sub-tile: 4x4
 //   mma tiles of 16x8, 64 accumulator registers per thread.
-// - A k-tile is 64 bytes of k per row (32 16-bit elements or 16 floats).
+// - A k-tile is 128 bytes of k per row (64 16-bit elements or 32 floats):
+//   with 64 bytes (and 4 stages) a barrier came every two m16n8k16 steps
+//   and the kernel ran 292-300 TFLOP/s at 4096^3, with 128 it runs 327-332
+//   (bench/results/h200/gemm-tensor-core-k128.json).
 //   Operands are copied to shared memory verbatim, 16 bytes per cp.async,
 //   in their stored orientation, and the fragment loads absorb transposes:
 //   ldmatrix for k-contiguous tiles, ldmatrix.trans for 16-bit
 //   mn-contiguous tiles, and plain 32-bit shared loads for float32
 //   mn-contiguous tiles (ldmatrix.trans moves 16-bit units).
-// - Every shared row is padded by 16 bytes: row pitches of 80, 272 or 528
+// - Every shared row is padded by 16 bytes: row pitches of 144, 272 or 528
 //   bytes put the 8 row addresses of an ldmatrix phase in 8 different
 //   16-byte bank groups, and the float32 mn-contiguous loads (address
 //   4t*pitch + g for lane 4g+t, pitch 132 words) in 32 different banks.
-// - Pipeline: the copies of k-tiles t+1..t+3 are in flight while tile t is
+// - Pipeline: the copies of k-tiles t+1..t+2 are in flight while tile t is
 //   multiplied; one __syncthreads per k-tile. Chunks outside the matrix are
 //   zero-filled through cp.async's src-size operand, so edge tiles need no
 //   special path: each chunk is wholly inside or outside because rows are
@@ -22,8 +25,9 @@
 // - Epilogue straight from the accumulator registers (the mma.sync C
 //   layout is documented): alpha, beta*C, conversion to the output type.
 //
-// Register use (nvcc 13.0, sm_90, -Xptxas -v): 120-128 registers across the
-// 12 instantiations, no spills; with 66-80 KB of dynamic shared memory,
+// Register use (nvcc 13.0, sm_90, -Xptxas -v): 126-128 registers across the
+// 12 instantiations, 8 of which spill 4-16 bytes; with 99-108 KB of dynamic
+// shared memory,
 // __launch_bounds__(256, 2) holds two blocks per SM. (A WMMA version of the
 // same tiling needed 240-255 registers and spilled: WMMA's 16-bit
 // fragments hold twice the registers mma.sync's do.)
@@ -46,13 +50,13 @@ constexpr char kName[] = "gemm.cuda.tensor_core";
 constexpr int kBM = 128;
 constexpr int kBN = 128;
 constexpr int kThreads = 256;
-constexpr int kStages = 4;
-constexpr int kKBytes = 64;  // bytes of k per shared row per stage
-constexpr int kChunk = 16;   // bytes per cp.async
-// A fraction of the 16-bit tensor peak (1070 TFLOP/s at 1980 MHz): 312 and
-// 308 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16
-// (bench/results/h200/gemm-4096.txt).
-constexpr double kEfficiency = 0.29;
+constexpr int kStages = 3;
+constexpr int kKBytes = 128;  // bytes of k per shared row per stage
+constexpr int kChunk = 16;    // bytes per cp.async
+// A fraction of the 16-bit tensor peak (1070 TFLOP/s at 1980 MHz): 332 and
+// 327 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16
+// (bench/results/h200/gemm-tensor-core-k128.json).
+constexpr double kEfficiency = 0.31;
 
 // Shared-memory geometry of one stage, in elements of T.
 template <typename T, bool kTransA, bool kTransB>
@@ -420,7 +424,7 @@ class GemmTensorCoreVariant final
   absl::string_view name() const override { return kName; }
   absl::string_view description() const override {
     return "mma.sync tensor cores (f16/bf16 m16n8k16, TF32 m16n8k8), "
-           "ldmatrix fragments, 128x128 block tile, 4-stage cp.async "
+           "ldmatrix fragments, 128x128x64 block tile, 3-stage cp.async "
            "pipeline, float32 accumulation";
   }
 
@@ -429,7 +433,7 @@ class GemmTensorCoreVariant final
   // whole number of 16-byte chunks (CheckGemmVectorLayout with 16/sizeof(T)
   // elements: k % 8 == 0 for A [m,k] in 16 bits, and so on) and 16-byte
   // aligned A and B base pointers (checked in Run), for cp.async; compute
-  // capability >= 8.0 (bf16 and TF32 mma.sync) and room for the 4-stage
+  // capability >= 8.0 (bf16 and TF32 mma.sync) and room for the 3-stage
   // buffers in the opt-in shared memory.
   absl::Status CanImplementTyped(const GemmProblem& p,
                                  const DeviceInfo& dev) const override {
