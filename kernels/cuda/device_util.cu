@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
@@ -141,10 +143,18 @@ absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes, int reps,
                                             cudaStream_t stream) {
   void* a = nullptr;
   void* b = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  // An early error return releases what was made (the success path below
+  // releases it with its errors checked).
+  absl::Cleanup release = [&] {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+    if (a != nullptr) cudaFreeAsync(a, stream);
+    if (b != nullptr) cudaFreeAsync(b, stream);
+  };
   COALESCE_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&a, bytes, stream));
   COALESCE_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&b, bytes, stream));
   COALESCE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(a, 0x3c, bytes, stream));
-  cudaEvent_t start, stop;
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
   // The clocks ramp up from idle over tens of milliseconds: warm up for
@@ -178,6 +188,7 @@ absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes, int reps,
     best = std::max(
         best, 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3));
   }
+  std::move(release).Cancel();
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   COALESCE_CUDA_RETURN_IF_ERROR(cudaFreeAsync(a, stream));

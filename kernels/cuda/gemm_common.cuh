@@ -210,8 +210,10 @@ absl::Status DispatchGemmDType(DType dt, F&& f) {
 // batch chunk of Traits::kTile x Traits::kTile output tiles on a block of
 // kTile x kBlockRows threads. Traits provides kName, kDescription, kTile,
 // kBlockRows, kCost (a SimtGemmCost, for SimtGemmSeconds), and `template
-// <typename T> static constexpr auto kKernel` (the __global__ function for
-// element type T, taking the chunk's GemmParams and the two transpose flags).
+// <typename T> static constexpr auto Kernel()` returning the __global__
+// function for element type T, taking the chunk's GemmParams and the two
+// transpose flags (a function: nvcc warned (#114-D) that a variable template
+// member holding the pointer was referenced but not defined).
 // gemm.cuda.naive and gemm.cuda.smem_tiled are two of these.
 template <typename Traits>
 class SimtGemmVariant final
@@ -240,7 +242,7 @@ class SimtGemmVariant final
     const GemmParams g = MakeGemmParams(p, ops, Traits::kTile, Traits::kTile);
     return DispatchGemmDType(p.dtype, [&](auto tag) -> absl::Status {
       using T = decltype(tag);
-      auto* kernel = Traits::template kKernel<T>;
+      auto* kernel = Traits::template Kernel<T>();
       return ForEachBatchChunk(
           p, g, [&](const GemmParams& chunk, dim3 grid) -> absl::Status {
             const dim3 block(Traits::kTile, Traits::kBlockRows);

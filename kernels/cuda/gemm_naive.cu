@@ -65,7 +65,9 @@ struct Traits {
   static constexpr int kBlockRows = kTile;
   static constexpr SimtGemmCost kCost = ::coalesce::cuda::kCost;
   template <typename T>
-  static constexpr auto kKernel = &GemmNaiveKernel<T>;
+  static constexpr auto Kernel() {
+    return &GemmNaiveKernel<T>;
+  }
 };
 
 }  // namespace

@@ -107,7 +107,9 @@ struct Traits {
   static constexpr int kBlockRows = kRows;
   static constexpr SimtGemmCost kCost = ::coalesce::cuda::kCost;
   template <typename T>
-  static constexpr auto kKernel = &GemmSmemTiledKernel<T>;
+  static constexpr auto Kernel() {
+    return &GemmSmemTiledKernel<T>;
+  }
 };
 
 }  // namespace
