@@ -145,10 +145,13 @@ def micros(m):
 # kernel (named by the bench profile) is looked for in launch order, three
 # times per op, the ops in the order they were sent.
 names = ["transpose", "layout", "gelu_layer_norm", "gemm"]
-bench_kernel = {}
+# The bench profile of each op: one launch, (ID, kernel name, metrics).
+bench = {}
 for name in names:
     rows_ = ncu_rows(f"{out}/ncu-{name}.csv")
-    bench_kernel[name] = base_name(rows_[0][1]) if rows_ else None
+    bench[name] = rows_[0] if rows_ else (None, None, {})
+bench_kernel = {name: base_name(b[1]) if b[1] else None
+                for name, b in bench.items()}
 in_server = {}
 for cache in ["none", "all"]:
     launches = ncu_rows(f"{out}/ncu-server-{cache}.csv")
@@ -187,17 +190,7 @@ for name in names:
     gbps = re.search(r"([0-9.]+) GB/s", rep)
     occ = re.search(r"occupancy ([0-9.]+)", rep)
     kern = re.search(r"kernel: *([0-9.]+) us", rep)
-    m = {}
-    try:
-        hdr = None
-        for r in csv.reader(open(f"{out}/ncu-{name}.csv")):
-            if "Metric Name" in r:
-                hdr = r
-            elif hdr and len(r) == len(hdr):
-                d = dict(zip(hdr, r))
-                m[d["Metric Name"]] = (float(d["Metric Value"].replace(",", "")), d["Metric Unit"])
-    except (OSError, ValueError):
-        pass
+    m = bench[name][2]
     dram = m.get("dram__bytes.sum.per_second")
     # ncu writes "byte/s" or "byte/second", with a K/M/G/T prefix.
     unit = dram[1].replace("/second", "/s") if dram else ""
@@ -205,9 +198,7 @@ for name in names:
              "Gbyte/s": 1, "Tbyte/s": 1e3}
     dram_gbps = dram[0] * scale.get(unit, float("nan")) if dram else float("nan")
     exported = float(gbps.group(1)) if gbps else float("nan")
-    dur = m.get("gpu__time_duration.sum")
-    tscale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3}
-    ncu_us = dur[0] * tscale.get(dur[1], float("nan")) if dur else float("nan")
+    ncu_us = micros(m)
     exp_us = float(kern.group(1)) if kern else float("nan")
     srv_none = in_server.get((name, "none"), float("nan"))
     srv_all = in_server.get((name, "all"), float("nan"))
