@@ -159,8 +159,7 @@ TEST_F(DataPlaneTest, HandlesChainWithoutRoundTrip) {
 
   v1::GeluLayerNormRequest ln;
   ln.mutable_x()->set_handle(in->handle());
-  ln.mutable_options()->add_outputs()->set_placement(
-      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  KeepOutputOnServer(ln.mutable_options());
   absl::StatusOr<v1::GeluLayerNormResponse> y = client_->GeluLayerNorm(ln);
   ASSERT_TRUE(y.ok()) << y.status();
   ASSERT_FALSE(y->y().handle().empty());
@@ -169,8 +168,7 @@ TEST_F(DataPlaneTest, HandlesChainWithoutRoundTrip) {
 
   v1::TransposeRequest t;
   t.mutable_input()->set_handle(y->y().handle());
-  t.mutable_options()->add_outputs()->set_placement(
-      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  KeepOutputOnServer(t.mutable_options());
   absl::StatusOr<v1::TransposeResponse> out = client_->Transpose(t);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->output().shape(0), hidden);
@@ -548,8 +546,7 @@ TEST_F(ResidentDataPlaneTest, HandlesStayResidentThroughAChain) {
   // Handle in, handle out: resident on both sides, nothing copied.
   v1::TransposeRequest t;
   t.mutable_input()->set_handle(in->handle());
-  t.mutable_options()->add_outputs()->set_placement(
-      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  KeepOutputOnServer(t.mutable_options());
   absl::StatusOr<v1::TransposeResponse> xt = client_->Transpose(t);
   ASSERT_TRUE(xt.ok()) << xt.status();
   EXPECT_THAT(backend_.input_spaces(), ElementsAre(kResident));
@@ -567,8 +564,7 @@ TEST_F(ResidentDataPlaneTest, HandlesStayResidentThroughAChain) {
   // Inline in, handle out.
   v1::TransposeRequest inline_in;
   SetInlineMatrix(inline_in.mutable_input(), rows, cols, x);
-  inline_in.mutable_options()->add_outputs()->set_placement(
-      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  KeepOutputOnServer(inline_in.mutable_options());
   absl::StatusOr<v1::TransposeResponse> xt2 = client_->Transpose(inline_in);
   ASSERT_TRUE(xt2.ok()) << xt2.status();
   EXPECT_THAT(backend_.input_spaces(), ElementsAre(kHost));

@@ -1,7 +1,7 @@
 // Helpers shared by the data-plane tests (data_plane_test.cc on the CPU
 // backend and fakes, gpu_data_plane_test.cc on a GPU): seeded float32
-// payloads, the transpose they are checked against, and inline float32
-// matrices in requests. Pure functions.
+// payloads, the transpose they are checked against, inline float32
+// matrices in requests, and outputs kept on the server. Pure functions.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +44,11 @@ inline void SetInlineMatrix(v1::Tensor* t, int64_t rows, int64_t cols,
   t->add_shape(rows);
   t->add_shape(cols);
   t->set_raw(raw);
+}
+
+// Asks for the request's (first) output to stay on the server as a handle.
+inline void KeepOutputOnServer(v1::ExecutionOptions* options) {
+  options->add_outputs()->set_placement(v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
 }
 
 }  // namespace coalesce

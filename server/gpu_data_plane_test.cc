@@ -71,16 +71,14 @@ TEST_F(GpuDataPlaneTest, HandlesChainOnTheDevice) {
   v1::GeluLayerNormRequest ln;
   ln.mutable_x()->set_handle(in->handle());
   ln.mutable_options()->set_variant(want_y->report().variant());
-  ln.mutable_options()->add_outputs()->set_placement(
-      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  KeepOutputOnServer(ln.mutable_options());
   absl::StatusOr<v1::GeluLayerNormResponse> y = client_->GeluLayerNorm(ln);
   ASSERT_TRUE(y.ok()) << y.status();
   ASSERT_FALSE(y->y().handle().empty());
 
   v1::TransposeRequest t;
   t.mutable_input()->set_handle(y->y().handle());
-  t.mutable_options()->add_outputs()->set_placement(
-      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  KeepOutputOnServer(t.mutable_options());
   absl::StatusOr<v1::TransposeResponse> out = client_->Transpose(t);
   ASSERT_TRUE(out.ok()) << out.status();
 
