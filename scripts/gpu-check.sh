@@ -27,6 +27,13 @@
 #             i.e. that table and the heuristic, on other shapes (seed 8);
 #             after tuning, those shapes again with their own table loaded
 #             (TUNE_OPS limits the ops, TUNE_COLD_SEED replaces seed 8)
+#   ab        builds side by side in one call: ab.tar.xz (scripts/ab-build.sh)
+#             holds ab/NAME/ for each build; each runs its conformance suite
+#             (on the ops in ab/NAME/conformance-ops, else on
+#             COALESCE_CONFORMANCE_OPS), then the bench flags AB_ROUNDS
+#             times (default 2), the builds alternating (AB_NAMES: a subset,
+#             in order); bench/ab_report.py
+#             tables each build's best times against the first build's
 # Never touches clocks, power or MIG settings.
 set -uo pipefail
 out=${1:?usage: gpu-check.sh OUT_DIR [STEPS] [bench flags]}
@@ -174,5 +181,28 @@ if has service; then
       --json="$out/service-kernel-gelu${operands:+-all-operands}.json" \
       2>/dev/null | tail -n 4 || status=1
   done
+fi
+if has ab; then
+  echo "== builds side by side"
+  rm -rf ab && tar -xJf ab.tar.xz
+  names=${AB_NAMES:-$(ls ab)}
+  for n in $names; do
+    [ -x "ab/$n/cuda_conformance_test" ] || continue
+    ops=$(cat "ab/$n/conformance-ops" 2>/dev/null || true)
+    COALESCE_CONFORMANCE_OPS=${ops:-${COALESCE_CONFORMANCE_OPS:-}} \
+      "ab/$n/cuda_conformance_test" --gtest_filter='*EveryVariant*' 2>&1 |
+      tail -n 3 | tee "$out/ab-$n-tests.log" | sed "s/^/$n: /"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+  reports=()
+  for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for n in $names; do
+      echo "round $r: $n"
+      "ab/$n/coalesce-bench" kernels --json="$out/ab-$n-$r.json" "$@" \
+        >"$out/ab-$n-$r.txt" || status=1
+      reports+=("$n=$out/ab-$n-$r.json")
+    done
+  done
+  python3 bench/ab_report.py "${reports[@]}" | tee "$out/ab.md"
 fi
 exit $status
