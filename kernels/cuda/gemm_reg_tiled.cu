@@ -1,32 +1,51 @@
 // gemm.cuda.reg_tiled: float32 SIMT GEMM with 2-D register blocking, the
 // classic structure of hand-written SGEMMs before tensor cores.
 //
-// - Block tile 128x128, k-tile 8, 256 threads; each thread accumulates an
+// - Block tile 128x128, k-tile 16, 256 threads; each thread accumulates an
 //   8x8 sub-tile in registers: per k step it reads 8 values of op(A) and 8
 //   of op(B) from shared memory (four 16-byte loads) for 64 FMAs.
 // - A thread's rows are {4ty..4ty+3} and {64+4ty..64+4ty+3} (columns
-//   likewise with tx), not 8 consecutive ones: then the 16 threads of a
-//   half-warp read 16 consecutive float4s of a B row (conflict-free 128-byte
-//   phases) and the A reads are broadcasts.
+//   likewise with tx), not 8 consecutive ones, and each warp owns a 4x8
+//   block of (ty, tx): rows 16*(w/2).. and columns 32*(w%2).. of each
+//   64x64 quadrant. A warp's fragment read then covers 4 consecutive
+//   float4s of an A row (64 bytes) and 8 of a B row (128 bytes): one
+//   shared-memory wavefront per 16-byte load.
 // - Shared memory holds both operands k-major, as[k][i] and bs[k][j]
 //   (op(A) stored transposed), so the product loop reads rows. Rows are
 //   padded by 4 floats: the transposed scalar stores of a k-contiguous
 //   operand (16 rows per warp, each written at k and k+4 by a thread pair)
 //   then land in 32 distinct banks instead of 2-way conflicts, and rows
 //   stay 16-byte aligned for the float4 reads.
-// - Global loads are one 4-element vector of A and one of B per thread per
-//   k-tile, 16-byte loads when the layout allows (kVec), else four scalar
-//   loads at the same positions; out-of-range elements are zero-filled.
-// - Double buffering: tile k+1 is loaded from global memory into registers
-//   while tile k is multiplied out of shared memory, then stored into the
-//   other shared buffer; one __syncthreads per k-tile.
+// - Global loads come in rounds of 8 k (two per k-tile): one 4-element
+//   vector of A and one of B per thread per round, 16-byte loads when the
+//   layout allows (kVec), else four scalar loads at the same positions;
+//   out-of-range elements are zero-filled.
+// - Double buffering: while tile k is multiplied out of shared memory,
+//   tile k+1 goes into the other shared buffer. An mn-contiguous operand
+//   (A transposed, B not transposed) is copied there with cp.async (16
+//   bytes per thread per round, or four 4-byte copies on the scalar path;
+//   zero-filled out of range), both rounds issued at the start of the
+//   tile and waited for before its barrier. A k-contiguous operand goes
+//   through registers one round at a time (the first round stored after
+//   8 k steps, the second after 16), so at most two float4s are staged;
+//   one __syncthreads per 16-wide k-tile.
 //
-// Register use (nvcc 13.0, sm_90, -Xptxas -v): 121-128 registers across the
-// 8 instantiations, no spills, 16896 bytes of static shared memory, so
+// Register use (nvcc 13.0, sm_90, -Xptxas -v): 122-128 registers across the
+// 8 instantiations, no spills, 33792 bytes of static shared memory, so
 // __launch_bounds__(256, 2) holds two blocks (16 warps) per SM. (An
 // in-kernel batch loop and a loader that kept sizes in registers spilled
-// 100-350 bytes under the same cap.)
+// 100-350 bytes under the same cap; so did this loop with its last
+// iteration's loads left unguarded, 4-96 bytes.)
+//
+// On the H200, side by side with the previous version (k-tile 8,
+// register-staged loads, 16x16 threads over the tile) and cuBLASLt in one
+// call (bench/results/h200/ab-gemm/): 2772 us at 4096^3 (49.6 TFLOP/s,
+// 0.97 of cuBLASLt; was 3395 us, 0.79) and 22167 us at 8192^3 (0.97; was
+// 0.81). Without the cp.async path (every operand through registers) it
+// ran 2965 and 23308 us.
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_common.cuh"
@@ -39,14 +58,19 @@ namespace {
 constexpr char kName[] = "gemm.cuda.reg_tiled";
 constexpr int kBM = 128;
 constexpr int kBN = 128;
-constexpr int kBK = 8;
+constexpr int kBK = 16;    // k per shared tile (one barrier per tile)
+constexpr int kLoadK = 8;  // k per global load round (two per tile)
 constexpr int kThreads = 256;
 constexpr int kPad = 4;
 // The cost model (SimtGemmSeconds), fitted to the H200 selection sweep's
-// seed-7 shapes (bench/gemm_selection_fit.py --fit):
+// seed-7 shapes (bench/gemm_selection_fit.py --fit) with the previous
+// version of this kernel (k-tile 8, register-staged loads), which this one
+// outruns (0.79 -> 0.97 of cuBLAS at 4096^3): the estimates are
+// pessimistic for reg_tiled until the sweep is re-run and refitted, and
+// k_step stays the fitted 8.
 constexpr SimtGemmCost kCost = {
     kBM, kBN, kBM, kBN,
-    kBK,  // an 8-wide K tile per step: 64 FMAs x 8 per thread
+    8,  // the fitted K step (step_seconds is per 8 k)
     // 40.5 TFLOP/s of the fp32 peak's 66.9 at 4096^3 on the H200
     // (bench/results/h200/gemm-4096.txt).
     0.6,
@@ -61,41 +85,49 @@ constexpr SimtGemmCost kCost = {
     // 2504x4022x64 77 us for 4.9.
     1.5e-6};
 
-// One thread's share of a k-tile of one operand: four consecutive elements
-// along the operand's contiguous dimension.
+// One thread's share of one load round (kLoadK = 8 k, half a k-tile) of
+// one operand: four consecutive elements along the operand's contiguous
+// dimension.
 //
 // kKContig (A not transposed, B transposed): the operand is [mn, k] with
-// k contiguous; the tile is 128 rows x 8 k, thread t loads row t/2, k
+// k contiguous; the round is 128 rows x 8 k, thread t loads row t/2, k
 // offset 4*(t%2), and stores the vector transposed (4 scalar stores).
 // Otherwise (A transposed, B not transposed): [k, mn] with mn contiguous;
-// the tile is 8 k-rows x 128, thread t loads k-row t/32, mn offset
+// the round is 8 k-rows x 128, thread t loads k-row t/32, mn offset
 // 4*(t%32), and stores the vector as one float4. Sizes are re-read from
-// the kernel parameters (constant bank) rather than held in registers.
+// the kernel parameters (constant bank) rather than held in registers;
+// the loader walks K in order, advancing its pointer one round per Next().
 template <bool kKContig, bool kVec>
 struct TileLoader {
-  const float* ptr;  // this thread's vector in k-tile 0
+  const float* ptr;  // this thread's vector in the next round
   int mn;            // row (kKContig) or first column of the vector
-  int kk;            // k offset of the vector within a tile
+  int l;             // k of the vector's (first) element in the next round
 
   __device__ __forceinline__ TileLoader(const float* base, int mn0, int mn_sz,
                                         int k_sz, int tid) {
     if constexpr (kKContig) {
       mn = mn0 + tid / 2;
-      kk = 4 * (tid % 2);
-      ptr = base + static_cast<int64_t>(mn) * k_sz + kk;
+      l = 4 * (tid % 2);
+      ptr = base + static_cast<int64_t>(mn) * k_sz + l;
     } else {
       mn = mn0 + 4 * (tid % 32);
-      kk = tid / 32;
-      ptr = base + static_cast<int64_t>(kk) * mn_sz + mn;
+      l = tid / 32;
+      ptr = base + static_cast<int64_t>(l) * mn_sz + mn;
     }
   }
 
-  // The vector of the k-tile starting at l0 (zero outside the matrix).
-  __device__ __forceinline__ float4 Load(int l0, int mn_sz, int k_sz) const {
-    const int l = l0 + kk;
-    // Elements from k-tile 0 to the one at l0.
-    const float* q = ptr + (kKContig ? static_cast<int64_t>(l0)
-                                     : static_cast<int64_t>(l0) * mn_sz);
+  // The vector of the next load round (zero outside the matrix); advances
+  // to the round after it.
+  __device__ __forceinline__ float4 Next(int mn_sz, int k_sz) {
+    const float4 v = Load(mn_sz, k_sz);
+    ptr += kKContig ? static_cast<int64_t>(kLoadK)
+                    : static_cast<int64_t>(kLoadK) * mn_sz;
+    l += kLoadK;
+    return v;
+  }
+
+  __device__ __forceinline__ float4 Load(int mn_sz, int k_sz) const {
+    const float* q = ptr;
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if constexpr (kKContig) {
       if (mn < mn_sz) {
@@ -124,8 +156,8 @@ struct TileLoader {
     return make_float4(v[0], v[1], v[2], v[3]);
   }
 
-  // Stores the vector into s[k][mn] (k-major tile), tid as in the
-  // constructor.
+  // Stores the vector into s[k][mn] (k-major; s points at the load
+  // round's first k-row of the tile), tid as in the constructor.
   __device__ __forceinline__ static void Store(float (*s)[kBM + kPad], float4 v,
                                                int tid) {
     if constexpr (kKContig) {
@@ -138,6 +170,65 @@ struct TileLoader {
     } else {
       *reinterpret_cast<float4*>(&s[tid / 32][4 * (tid % 32)]) = v;
     }
+  }
+};
+
+// cp.async (LDGSTS) of 16 or 4 bytes, global to shared, bypassing
+// registers; src_bytes 0 reads nothing and zero-fills the destination.
+__device__ __forceinline__ void CpAsync16(float* dst, const float* src,
+                                          bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s),
+               "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsync4(float* dst, const float* src,
+                                         bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s),
+               "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// An mn-contiguous operand ([k, mn]: A transposed, B not transposed)
+// copied straight into the k-major shared tile with cp.async: the same
+// positions as TileLoader<false, kVec> (k-row t/32 of a round, mn offset
+// 4*(t%32)), no registers staged.
+template <bool kVec>
+struct AsyncTileLoader {
+  const float* ptr;  // this thread's vector in the next round
+  int mn;            // first column of the vector
+  int l;             // k-row of the vector in the next round
+
+  __device__ __forceinline__ AsyncTileLoader(const float* base, int mn0,
+                                             int mn_sz, int, int tid) {
+    mn = mn0 + 4 * (tid % 32);
+    l = tid / 32;
+    ptr = base + static_cast<int64_t>(l) * mn_sz + mn;
+  }
+
+  // Issues the copies of the next round into s (the round's first k-row
+  // of the tile) and advances to the round after it.
+  __device__ __forceinline__ void Issue(float (*s)[kBM + kPad], int tid,
+                                        int mn_sz, int k_sz) {
+    float* dst = &s[tid / 32][4 * (tid % 32)];
+    if constexpr (kVec) {
+      // mn % 4 == 0: the vector is wholly inside or outside.
+      CpAsync16(dst, ptr, l < k_sz && mn < mn_sz);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        CpAsync4(dst + e, ptr + e, l < k_sz && mn + e < mn_sz);
+      }
+    }
+    ptr += static_cast<int64_t>(kLoadK) * mn_sz;
+    l += kLoadK;
   }
 };
 
@@ -176,23 +267,36 @@ template <bool kTransA, bool kTransB, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2)
     GemmRegTiledKernel(GemmParams p, bool vec_out) {
   // op(A) is k-contiguous unless A is transposed; op(B) only when B is.
-  using LoaderA = TileLoader<!kTransA, kVec>;
-  using LoaderB = TileLoader<kTransB, kVec>;
+  // An mn-contiguous operand (A transposed, B not) goes to shared memory
+  // by cp.async; a k-contiguous one through registers (transposed stores).
+  constexpr bool kAsyncA = kTransA;
+  constexpr bool kAsyncB = !kTransB;
+  using LoaderA = std::conditional_t<kAsyncA, AsyncTileLoader<kVec>,
+                                     TileLoader<true, kVec>>;
+  using LoaderB = std::conditional_t<kAsyncB, AsyncTileLoader<kVec>,
+                                     TileLoader<true, kVec>>;
   __shared__ __align__(16) float as[2][kBK][kBM + kPad];
   __shared__ __align__(16) float bs[2][kBK][kBN + kPad];
   const int tid = threadIdx.x;
-  const int tx = tid % 16;
-  const int ty = tid / 16;
+  // Warp w owns rows 16*(w/2)..+15 and 64+16*(w/2)..+15 and columns
+  // 32*(w%2)..+31 and 64+32*(w%2)..+31 (2x2 sub-tiles of 16x32); its lanes
+  // form a 4x8 grid in each. A fragment read of a warp then touches 4
+  // consecutive float4s of an A row and 8 of a B row: one 128-byte shared
+  // wavefront each.
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int ty = 4 * (warp / 2) + lane / 8;
+  const int tx = 8 * (warp % 2) + lane % 8;
   const TileCoord t = GroupedTile(blockIdx.x, p.tiles_m, p.tiles_n);
   const int i0 = t.m * kBM;
   const int j0 = t.n * kBN;
   const int k_tiles = (p.k + kBK - 1) / kBK;
 
   const int64_t b = blockIdx.z;
-  const LoaderA la(static_cast<const float*>(p.a) + b * p.stride_a, i0, p.m,
-                   p.k, tid);
-  const LoaderB lb(static_cast<const float*>(p.b) + b * p.stride_b, j0, p.n,
-                   p.k, tid);
+  LoaderA la(static_cast<const float*>(p.a) + b * p.stride_a, i0, p.m, p.k,
+             tid);
+  LoaderB lb(static_cast<const float*>(p.b) + b * p.stride_b, j0, p.n, p.k,
+             tid);
 
   float acc[8][8];
 #pragma unroll
@@ -201,20 +305,55 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
   }
 
-  LoaderA::Store(as[0], la.Load(0, p.m, p.k), tid);
-  LoaderB::Store(bs[0], lb.Load(0, p.n, p.k), tid);
+#pragma unroll
+  for (int h = 0; h < kBK / kLoadK; ++h) {
+    if constexpr (kAsyncA) {
+      la.Issue(as[0] + h * kLoadK, tid, p.m, p.k);
+    } else {
+      LoaderA::Store(as[0] + h * kLoadK, la.Next(p.m, p.k), tid);
+    }
+    if constexpr (kAsyncB) {
+      lb.Issue(bs[0] + h * kLoadK, tid, p.n, p.k);
+    } else {
+      LoaderB::Store(bs[0] + h * kLoadK, lb.Next(p.n, p.k), tid);
+    }
+  }
+  if constexpr (kAsyncA || kAsyncB) {
+    CpAsyncCommit();
+    CpAsyncWaitAll();
+  }
   __syncthreads();
 
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int cur = kt & 1;
+    // Tile kt+1 goes into the other buffer in two rounds of 8 k, each
+    // loaded into registers before 8 k steps of FMAs (512 per thread) and
+    // stored after them: two float4s of staging instead of four. The other
+    // buffer was last read in iteration kt-1, which every thread finished
+    // before the barrier that ended it. In the last iteration nothing is
+    // loaded and the stores write zeros to a buffer nobody reads.
     const bool more = kt + 1 < k_tiles;
-    // Global loads of the next k-tile go out first; their latency hides
-    // behind this tile's 512 FMAs per thread.
+    // The cp.async operands' whole tile kt+1 is in flight during all 16
+    // k steps; the barrier below follows a wait for it.
+    if constexpr (kAsyncA || kAsyncB) {
+      if (more) {
+#pragma unroll
+        for (int h = 0; h < kBK / kLoadK; ++h) {
+          if constexpr (kAsyncA) {
+            la.Issue(as[cur ^ 1] + h * kLoadK, tid, p.m, p.k);
+          }
+          if constexpr (kAsyncB) {
+            lb.Issue(bs[cur ^ 1] + h * kLoadK, tid, p.n, p.k);
+          }
+        }
+      }
+      CpAsyncCommit();
+    }
     float4 next_a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float4 next_b = next_a;
     if (more) {
-      next_a = la.Load((kt + 1) * kBK, p.m, p.k);
-      next_b = lb.Load((kt + 1) * kBK, p.n, p.k);
+      if constexpr (!kAsyncA) next_a = la.Next(p.m, p.k);
+      if constexpr (!kAsyncB) next_b = lb.Next(p.n, p.k);
     }
     // Fragments double-buffered in registers: step kk+1's shared loads
     // are issued before step kk's FMAs.
@@ -226,13 +365,18 @@ __global__ void __launch_bounds__(kThreads, 2)
         f[(kk + 1) & 1] = LoadFrag(as[cur], bs[cur], kk + 1, tx, ty);
       }
       Fma8x8(acc, f[kk & 1]);
+      if (kk % kLoadK == kLoadK - 1) {
+        if constexpr (!kAsyncA) {
+          LoaderA::Store(as[cur ^ 1] + (kk + 1 - kLoadK), next_a, tid);
+          if (kk + 1 < kBK && more) next_a = la.Next(p.m, p.k);
+        }
+        if constexpr (!kAsyncB) {
+          LoaderB::Store(bs[cur ^ 1] + (kk + 1 - kLoadK), next_b, tid);
+          if (kk + 1 < kBK && more) next_b = lb.Next(p.n, p.k);
+        }
+      }
     }
-    if (more) {
-      // The other buffer was last read in iteration kt-1, which every
-      // thread finished before the barrier that ended it.
-      LoaderA::Store(as[cur ^ 1], next_a, tid);
-      LoaderB::Store(bs[cur ^ 1], next_b, tid);
-    }
+    if constexpr (kAsyncA || kAsyncB) CpAsyncWaitAll();
     __syncthreads();
   }
 
