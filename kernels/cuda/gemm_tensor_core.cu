@@ -2,11 +2,18 @@
 // 3-stage cp.async pipeline; float16 and bfloat16 (m16n8k16), and float32
 // as TF32 (m16n8k8) when the problem allows it. float32 accumulation.
 //
-// - Block tile 128x128, 8 warps as 2x4, each warp a 64x32 sub-tile: 4x4
-//   mma tiles of 16x8, 64 accumulator registers per thread.
-// - A k-tile is 128 bytes of k per row (64 16-bit elements or 32 floats):
-//   with 64 bytes (and 4 stages) a barrier came every two m16n8k16 steps
-//   and the kernel ran 292-300 TFLOP/s at 4096^3, with 128 it runs 327-332
+// - Block tile 128x256, 8 warps as 2x4, each warp a 64x64 sub-tile: 4x8
+//   mma tiles of 16x8, 128 accumulator registers per thread (CUTLASS's
+//   sm80 recipe). Per k step a warp issues 8 fragment loads (4 for A, 4 for
+//   B) for 32 mma; the previous tiling (128x128, 8 warps of 64x32) issued 6
+//   for 16, and at 2 blocks per SM its 128-register cap spilled.
+//   128x256 rather than 128x128 with 4 warps at 2 blocks per SM: a 128x128
+//   tile moves 1/64 byte from L2 per flop, which at the previous kernel's
+//   330 TFLOP/s is already about 5 TB/s; 128x256 moves 3/256 (25% less).
+//   One block per SM, __launch_bounds__(256, 1): up to 255 registers.
+// - A k-tile is 128 bytes of k per row (64 16-bit elements or 32 floats),
+//   4 mma k steps: with 64 bytes (and 4 stages) the previous tiling ran
+//   292-300 TFLOP/s at 4096^3, with 128 it ran 327-332
 //   (bench/results/h200/gemm-tensor-core-k128.json).
 //   Operands are copied to shared memory verbatim, 16 bytes per cp.async,
 //   in their stored orientation, and the fragment loads absorb transposes:
@@ -16,21 +23,34 @@
 // - Every shared row is padded by 16 bytes: row pitches of 144, 272 or 528
 //   bytes put the 8 row addresses of an ldmatrix phase in 8 different
 //   16-byte bank groups, and the float32 mn-contiguous loads (address
-//   4t*pitch + g for lane 4g+t, pitch 132 words) in 32 different banks.
-// - Pipeline: the copies of k-tiles t+1..t+2 are in flight while tile t is
-//   multiplied; one __syncthreads per k-tile. Chunks outside the matrix are
-//   zero-filled through cp.async's src-size operand, so edge tiles need no
-//   special path: each chunk is wholly inside or outside because rows are
-//   multiples of 16 bytes (CanImplement).
+//   4t*pitch + g for lane 4g+t, pitch 132 or 260 words: 528 or 1040 bytes)
+//   in 32 different banks.
+// - Pipeline (CUTLASS's multistage main loop): fragments are
+//   double-buffered in registers, the loads of k step s+1 issued before
+//   the mma of step s; the one __syncthreads per k-tile sits before the
+//   last k step, so the first step's fragments of the next k-tile load
+//   while the last step's mma run. The copies of k-tile t+2 are issued in
+//   kCopySteps slices during the first k steps of tile t and must land by
+//   the barrier of tile t+1, about 1.5 k-tiles later. Chunks outside the
+//   matrix are zero-filled through cp.async's src-size operand, so edge
+//   tiles need no special path: each chunk is wholly inside or outside
+//   because rows are multiples of 16 bytes (CanImplement).
 // - Epilogue straight from the accumulator registers (the mma.sync C
 //   layout is documented): alpha, beta*C, conversion to the output type.
 //
-// Register use (nvcc 13.0, sm_90, -Xptxas -v): 126-128 registers across the
-// 12 instantiations, 8 of which spill 4-16 bytes; with 99-108 KB of dynamic
-// shared memory,
-// __launch_bounds__(256, 2) holds two blocks per SM. (A WMMA version of the
-// same tiling needed 240-255 registers and spilled: WMMA's 16-bit
-// fragments hold twice the registers mma.sync's do.)
+// Register use (nvcc 13.0, sm_90, -Xptxas -v): 234-238 registers for the
+// 16-bit instantiations, 244-255 for TF32 (its cvt.rna conversions and the
+// float32 mn-contiguous loads' addresses), no spills; 147-162 KB of dynamic
+// shared memory (3 stages), so one block per SM (an A100's 163 KB still
+// holds it).
+// (A WMMA version of the old tiling needed 240-255 registers and spilled:
+// WMMA's 16-bit fragments hold twice the registers mma.sync's do.)
+// On the H200, side by side with the previous tiling and cuBLASLt in one
+// call (bench/results/h200/ab-gemm/): 309 / 314 us at 4096^3 bfloat16 /
+// float16 (444 / 438 TFLOP/s, 0.55 / 0.56 of cuBLASLt; the previous tiling
+// 412 / 417 us) and 0.59-0.61 of cuBLASLt at 8192^3. Smaller problems lose
+// from the larger tile: 1000^3 25.8 us against 22.6, and skinny problems
+// get half the blocks.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -48,15 +68,25 @@ namespace {
 
 constexpr char kName[] = "gemm.cuda.tensor_core";
 constexpr int kBM = 128;
-constexpr int kBN = 128;
+constexpr int kBN = 256;
 constexpr int kThreads = 256;
+constexpr int kWarpM = 64;  // each warp's sub-tile
+constexpr int kWarpN = 64;
+constexpr int kWarpsN = kBN / kWarpN;
+constexpr int kTilesM = kWarpM / 16;  // m16 mma tiles per warp
+constexpr int kTilesN = kWarpN / 8;   // n8 mma tiles per warp
+static_assert((kBM / kWarpM) * kWarpsN * 32 == kThreads, "warp layout");
 constexpr int kStages = 3;
 constexpr int kKBytes = 128;  // bytes of k per shared row per stage
 constexpr int kChunk = 16;    // bytes per cp.async
-// A fraction of the 16-bit tensor peak (1070 TFLOP/s at 1980 MHz): 332 and
-// 327 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16
-// (bench/results/h200/gemm-tensor-core-k128.json).
-constexpr double kEfficiency = 0.31;
+// A k-tile's copies are issued in this many slices, one per k step from
+// the first; at most the k steps before the barrier's (3). Not yet tuned on
+// the H200.
+constexpr int kCopySteps = 2;
+// A fraction of the 16-bit tensor peak (1070 TFLOP/s at 1980 MHz): 444 and
+// 438 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16
+// (bench/results/h200/ab-gemm/).
+constexpr double kEfficiency = 0.41;
 
 // Shared-memory geometry of one stage, in elements of T.
 template <typename T, bool kTransA, bool kTransB>
@@ -230,61 +260,128 @@ __device__ __forceinline__ void LoadFragB(uint32_t (&b0)[2], uint32_t (&b1)[2],
   b1[1] = r[3];
 }
 
-// Copies rows [r0, r0 + kRows) x columns [c0, c0 + kCols) of a row-major
-// rows x cols matrix (leading dimension ld) into shared memory with a row
-// pitch of kLd elements. Consecutive threads take consecutive 16-byte
-// chunks of a row (coalesced); chunks outside the matrix are zero-filled.
-template <typename T, int kRows, int kCols, int kLd>
-__device__ __forceinline__ void LoadTile(T* smem, const T* g, int64_t ld,
-                                         int rows, int cols, int r0, int c0,
-                                         int tid) {
-  constexpr int kVec = kChunk / sizeof(T);
-  constexpr int kChunksPerRow = kCols / kVec;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  static_assert(kChunks % kThreads == 0, "whole chunks per thread");
+// One thread's share of the copies of one operand's k-tiles. The stored
+// tile is kRows x kCols elements (row pitch kLd in shared memory);
+// consecutive threads take consecutive 16-byte chunks of a row
+// (coalesced), so this thread's chunks sit in rows row0 + it * kRowsPerIter
+// at column col0. kKRows: the tile's rows run along k (an mn-contiguous
+// operand), else its columns do. The state is a few registers: the chunk
+// addresses differ by a multiple of row_step, the bounds checks compare
+// against two running counts.
+template <typename T, int kRows, int kCols, int kLd, bool kKRows>
+struct TileCopier {
+  static constexpr int kVec = kChunk / sizeof(T);
+  static constexpr int kChunksPerRow = kCols / kVec;
+  static constexpr int kRowsPerIter = kThreads / kChunksPerRow;
+  static constexpr int kIters = kRows / kRowsPerIter;
+  static_assert(kThreads % kChunksPerRow == 0 && kRows % kRowsPerIter == 0,
+                "whole rows per pass");
+  static_assert(kIters % kCopySteps == 0, "whole chunks per slice");
+  static constexpr int kPerSlice = kIters / kCopySteps;
+  static constexpr int kBK = kKRows ? kRows : kCols;
+  // Shared bytes from one of a thread's chunks to the next.
+  static constexpr uint32_t kRowBytes = kRowsPerIter * kLd * sizeof(T);
+
+  const T* base;     // the operand (batch entry): the address of masked chunks
+  const T* src;      // this thread's first chunk in the current k-tile
+  int64_t row_step;  // elements from one of its chunks to the next
+  int64_t k_step;    // elements from one k-tile to the next
+  uint32_t dst;      // byte offset of its first chunk within the stage tile
+  // Rows (kKRows: columns) of the fixed mn dimension left from this
+  // thread's first chunk; and k left from its first chunk in the current
+  // k-tile. A chunk is inside the matrix when both cover it.
+  int mn_left;
+  int k_left;
+
+  // g: a rows x cols row-major matrix with leading dimension ld; the tile
+  // starts at mn index mn0, k index 0.
+  __device__ __forceinline__ TileCopier(const T* g, int64_t ld, int rows,
+                                        int cols, int mn0, int tid) {
+    const int row0 = tid / kChunksPerRow;
+    const int col0 = (tid % kChunksPerRow) * kVec;
+    base = g;
+    row_step = kRowsPerIter * ld;
+    dst = (row0 * kLd + col0) * sizeof(T);
+    if constexpr (kKRows) {
+      src = g + row0 * ld + mn0 + col0;
+      k_step = kBK * ld;
+      mn_left = cols - mn0 - col0;
+      k_left = rows - row0;
+    } else {
+      src = g + (mn0 + row0) * ld + col0;
+      k_step = kBK;
+      mn_left = rows - mn0 - row0;
+      k_left = cols - col0;
+    }
+  }
+
+  // Slice `slice` (a constant after unrolling) of the current k-tile's
+  // chunks into the stage tile at shared address stage.
+  __device__ __forceinline__ void Copy(uint32_t stage, int slice) const {
 #pragma unroll
-  for (int it = 0; it < kChunks / kThreads; ++it) {
-    const int chunk = tid + it * kThreads;
-    const int row = chunk / kChunksPerRow;
-    const int col = (chunk % kChunksPerRow) * kVec;
-    const bool in = r0 + row < rows && c0 + col < cols;
-    const T* src = in ? g + static_cast<int64_t>(r0 + row) * ld + c0 + col : g;
-    CpAsync16(SharedAddress(smem + row * kLd + col), src, in);
+    for (int i = 0; i < kPerSlice; ++i) {
+      const int it = slice * kPerSlice + i;
+      const bool in = kKRows ? it * kRowsPerIter < k_left && mn_left > 0
+                             : it * kRowsPerIter < mn_left && k_left > 0;
+      const T* p = src + it * row_step;
+      // src-size 0 reads nothing and zero-fills.
+      CpAsync16(stage + dst + it * kRowBytes, in ? p : base, in);
+    }
   }
-}
+
+  // On to the next k-tile.
+  __device__ __forceinline__ void Advance() {
+    src += k_step;
+    k_left -= kBK;
+  }
+};
 
 template <typename T, bool kTransA, bool kTransB>
-__device__ __forceinline__ void LoadStage(T* s, const T* a, const T* b,
-                                          const GemmParams& p, int i0, int j0,
-                                          int kt, int tid) {
+struct Copiers {
   using L = Smem<T, kTransA, kTransB>;
-  const int l0 = kt * L::kBK;
-  T* sa = s;
-  T* sb = s + L::kElemsA;
-  if constexpr (!kTransA) {
-    LoadTile<T, kBM, L::kBK, L::kLdA>(sa, a, p.k, p.m, p.k, i0, l0, tid);
-  } else {
-    LoadTile<T, L::kBK, kBM, L::kLdA>(sa, a, p.m, p.k, p.m, l0, i0, tid);
+  // A: [m][k], or [k][m] when transposed; B: [k][n], or [n][k].
+  using A = TileCopier<T, L::kRowsA, L::kColsA, L::kLdA, kTransA>;
+  using B = TileCopier<T, L::kRowsB, L::kColsB, L::kLdB, !kTransB>;
+};
+
+// All A and B fragments of the warp's 64x64 sub-tile at k step kk.
+template <typename T, bool kTransA, bool kTransB>
+__device__ __forceinline__ void LoadFrags(uint32_t (&fa)[kTilesM][4],
+                                          uint32_t (&fb)[kTilesN][2],
+                                          const T* sa, const T* sb, int wm,
+                                          int wn, int kk, int lane) {
+  using L = Smem<T, kTransA, kTransB>;
+#pragma unroll
+  for (int im = 0; im < kTilesM; ++im) {
+    LoadFragA<T, kTransA>(fa[im], sa, L::kLdA, wm + im * 16, kk, lane);
   }
-  if constexpr (!kTransB) {
-    LoadTile<T, L::kBK, kBN, L::kLdB>(sb, b, p.n, p.k, p.n, l0, j0, tid);
-  } else {
-    LoadTile<T, kBN, L::kBK, L::kLdB>(sb, b, p.k, p.n, p.k, j0, l0, tid);
+#pragma unroll
+  for (int jp = 0; jp < kTilesN / 2; ++jp) {
+    LoadFragB<T, kTransB>(fb[2 * jp], fb[2 * jp + 1], sb, L::kLdB, wn + jp * 16,
+                          kk, lane);
   }
 }
 
 template <typename T, bool kTransA, bool kTransB>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, 1)
     GemmTensorCoreKernel(GemmParams p) {
   using L = Smem<T, kTransA, kTransB>;
+  using CopierA = typename Copiers<T, kTransA, kTransB>::A;
+  using CopierB = typename Copiers<T, kTransA, kTransB>::B;
   constexpr int kK = kMmaK<T>;
+  constexpr int kSteps = L::kBK / kK;  // mma k steps per k-tile
+  static_assert(kSteps == 4, "a k-tile is 4 mma k steps");
+  static_assert(kCopySteps < kSteps, "copies committed before the barrier");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
+  const uint32_t smem_base = SharedAddress(smem_raw);
+  constexpr uint32_t kStageBytes = L::kStageElems * sizeof(T);
+  constexpr uint32_t kBytesA = L::kElemsA * sizeof(T);
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int wm = (warp / 4) * 64;  // the warp's 64 rows of the tile
-  const int wn = (warp % 4) * 32;  // and 32 columns
+  const int wm = (warp / kWarpsN) * kWarpM;  // the warp's 64 rows of the tile
+  const int wn = (warp % kWarpsN) * kWarpN;  // and 64 columns
   const TileCoord tile = GroupedTile(blockIdx.x, p.tiles_m, p.tiles_n);
   const int i0 = tile.m * kBM;
   const int j0 = tile.n * kBN;
@@ -292,12 +389,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t batch = blockIdx.z;
   const T* a = static_cast<const T*>(p.a) + batch * p.stride_a;
   const T* b = static_cast<const T*>(p.b) + batch * p.stride_b;
+  CopierA copy_a = kTransA ? CopierA(a, p.m, p.k, p.m, i0, tid)
+                           : CopierA(a, p.k, p.m, p.k, i0, tid);
+  CopierB copy_b = kTransB ? CopierB(b, p.k, p.n, p.k, j0, tid)
+                           : CopierB(b, p.n, p.k, p.n, j0, tid);
 
-  float acc[4][4][4];
+  float acc[kTilesM][kTilesN][4];
 #pragma unroll
-  for (int im = 0; im < 4; ++im) {
+  for (int im = 0; im < kTilesM; ++im) {
 #pragma unroll
-    for (int jn = 0; jn < 4; ++jn) {
+    for (int jn = 0; jn < kTilesN; ++jn) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[im][jn][e] = 0.0f;
     }
@@ -308,44 +409,70 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_tiles) {
-      LoadStage<T, kTransA, kTransB>(smem + s * L::kStageElems, a, b, p, i0, j0,
-                                     s, tid);
+#pragma unroll
+      for (int slice = 0; slice < kCopySteps; ++slice) {
+        copy_a.Copy(smem_base + s * kStageBytes, slice);
+        copy_b.Copy(smem_base + s * kStageBytes + kBytesA, slice);
+      }
     }
+    copy_a.Advance();
+    copy_b.Advance();
     CpAsyncCommit();
   }
+  CpAsyncWait<kStages - 2>();
+  __syncthreads();
+
+  // Two fragment sets: k step s multiplies set s%2 while the loads of the
+  // next step fill the other.
+  uint32_t fa[2][kTilesM][4];
+  uint32_t fb[2][kTilesN][2];
+  int read = 0;             // stage of k-tile kt
+  int write = kStages - 1;  // stage of k-tile kt + kStages - 1
+  const T* sa = smem;
+  LoadFrags<T, kTransA, kTransB>(fa[0], fb[0], sa, sa + L::kElemsA, wm, wn, 0,
+                                 lane);
 
   for (int kt = 0; kt < k_tiles; ++kt) {
-    // Tile kt's group is complete once at most kStages-2 are pending; the
-    // barrier publishes every thread's copies and also retires iteration
-    // kt-1's reads of the stage refilled below.
-    CpAsyncWait<kStages - 2>();
-    __syncthreads();
-    const int next = kt + kStages - 1;
-    if (next < k_tiles) {
-      LoadStage<T, kTransA, kTransB>(smem + (next % kStages) * L::kStageElems,
-                                     a, b, p, i0, j0, next, tid);
-    }
-    CpAsyncCommit();
-
-    const T* sa = smem + (kt % kStages) * L::kStageElems;
-    const T* sb = sa + L::kElemsA;
+    const bool refill = kt + kStages - 1 < k_tiles;
 #pragma unroll
-    for (int kk = 0; kk < L::kBK; kk += kK) {
-      uint32_t fa[4][4];
-      uint32_t fb[4][2];
-#pragma unroll
-      for (int im = 0; im < 4; ++im) {
-        LoadFragA<T, kTransA>(fa[im], sa, L::kLdA, wm + im * 16, kk, lane);
+    for (int s = 0; s < kSteps; ++s) {
+      if (s == kSteps - 1) {
+        // Tile kt+1's group is complete once at most kStages-2 are pending
+        // (this iteration's was committed at step kCopySteps-1); the
+        // barrier publishes every thread's copies, and retires this
+        // iteration's fragment loads from tile kt's stage, which the next
+        // iteration refills (tile kt+1's loads of that stage are all
+        // issued after it). Past the last tile it only costs a barrier and
+        // loads of stale, in-bounds shared memory.
+        CpAsyncWait<kStages - 2>();
+        __syncthreads();
+        read = read + 1 == kStages ? 0 : read + 1;
+        sa = smem + read * L::kStageElems;
+      }
+      LoadFrags<T, kTransA, kTransB>(fa[(s + 1) % 2], fb[(s + 1) % 2], sa,
+                                     sa + L::kElemsA, wm, wn,
+                                     ((s + 1) % kSteps) * kK, lane);
+      if (s < kCopySteps) {
+        if (refill) {
+          const uint32_t stage = smem_base + write * kStageBytes;
+          copy_a.Copy(stage, s);
+          copy_b.Copy(stage + kBytesA, s);
+        }
+        if (s == kCopySteps - 1) {
+          copy_a.Advance();
+          copy_b.Advance();
+          CpAsyncCommit();
+          write = write + 1 == kStages ? 0 : write + 1;
+        }
       }
 #pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        LoadFragB<T, kTransB>(fb[2 * jp], fb[2 * jp + 1], sb, L::kLdB,
-                              wn + jp * 16, kk, lane);
-      }
+      for (int im = 0; im < kTilesM; ++im) {
 #pragma unroll
-      for (int im = 0; im < 4; ++im) {
-#pragma unroll
-        for (int jn = 0; jn < 4; ++jn) Mma<T>(acc[im][jn], fa[im], fb[jn]);
+        for (int j = 0; j < kTilesN; ++j) {
+          // Serpentine over n: consecutive mma share an A or a B fragment.
+          const int jn = im % 2 == 0 ? j : kTilesN - 1 - j;
+          Mma<T>(acc[im][jn], fa[s % 2][im], fb[s % 2][jn]);
+        }
       }
     }
   }
@@ -355,13 +482,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int g = lane / 4;
   const int t = lane % 4;
 #pragma unroll
-  for (int im = 0; im < 4; ++im) {
+  for (int im = 0; im < kTilesM; ++im) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int i = i0 + wm + im * 16 + g + 8 * h;
       if (i >= p.m) continue;
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
+      for (int jn = 0; jn < kTilesN; ++jn) {
         const int j = j0 + wn + jn * 8 + 2 * t;
         // j is even: with n even, the lane's two columns are one aligned
         // pair (StoreGemmOutputPair).
@@ -415,8 +542,8 @@ absl::Status LaunchTensorCoreTyped(const GemmProblem& p, const GemmParams& g,
 }
 
 // The largest stage set of any instantiation (both operands stored
-// [128][64 bytes + 16]).
-constexpr int64_t kMaxSmemBytes = kStages * 2 * kBM * (kKBytes + kChunk);
+// k-contiguous: [128] and [256] rows of 128 + 16 bytes).
+constexpr int64_t kMaxSmemBytes = kStages * (kBM + kBN) * (kKBytes + kChunk);
 
 class GemmTensorCoreVariant final
     : public TypedVariant<GemmProblem, OpKind::kGemm, BackendKind::kCuda> {
@@ -424,8 +551,9 @@ class GemmTensorCoreVariant final
   absl::string_view name() const override { return kName; }
   absl::string_view description() const override {
     return "mma.sync tensor cores (f16/bf16 m16n8k16, TF32 m16n8k8), "
-           "ldmatrix fragments, 128x128x64 block tile, 3-stage cp.async "
-           "pipeline, float32 accumulation";
+           "double-buffered ldmatrix fragments, 128x256 block tile of 64x64 "
+           "warp tiles, 128-byte k-tiles, 3-stage cp.async pipeline, float32 "
+           "accumulation";
   }
 
  protected:
