@@ -12,15 +12,16 @@
 // tanh where they differ; "p": pipelined (see Pipelined):
 //   capacity         1024      2048      4096     8192     16384
 //   float32 vector   256x1 p   256x2 p   256x4    512x4    1024x4
-//                    61/60     84        64       64       64
+//                    56-63     84-90     64       64       64
 //   float32 scalar   256x1     256x2     256x4    512x4    512x8
-//                    40        64        88       88       128
-//   16-bit vector    -         256x1 p   256x2 p  512x2 p  1024x2
-//                              64-71     94-96    94-96    55-62
+//                    47-48     56        90-96    90-96    128
+//   16-bit vector    64x2 p    128x2 p   256x2 p  512x2 p  1024x2
+//                    79-80     79-80     80       95-111   54-62
 //   16-bit scalar    -         256x1     256x2    512x2    512x4
-//                              55-58     84-86    84-86    128
-// No spills, except the 16-bit scalar 512x4 instances (rows wider than
-// 8192 that are not 16-byte aligned): 8 to 24 bytes.
+//                              60        90-96    90-96    128
+// No spills, except at 128 registers: 512x8 float32 scalar (rows wider than
+// 8192 that are not 16-byte aligned), 4 to 40 bytes, and 512x4 16-bit
+// scalar, 8 bytes.
 // Static shared memory: two floats per warp (64 to 256 bytes); none dynamic.
 #include <cuda_runtime.h>
 
@@ -38,10 +39,16 @@ using gelu_ln::Args;
 
 // Longest row a block holds in registers: 1024 threads x 16 elements.
 constexpr int64_t kMaxHidden = 16384;
-// Elements per thread: at most 16 until a block reaches its largest size;
-// blocks of at least 256 threads (8 warps) for short rows.
+// Elements per thread: at most 16 until a block reaches its largest size.
+// Blocks of at least 256 threads (8 warps) for short rows, except 16-bit
+// vector rows, which keep two 16-byte slots per thread down to blocks of 64
+// threads (rows of 1024): with 8 elements per thread a row's two block
+// reductions cost as many instructions per element as a 16-bit element's
+// arithmetic leaves room for.
 constexpr int64_t kMaxPerThread = 16;
-constexpr int kMinThreads = 256;
+constexpr int MinThreads(int pack, bool vector) {
+  return vector && pack == 8 ? 64 : 256;
+}
 // Vector path: 16 elements per thread fit in 64 registers, so 1024 threads
 // per SM stay resident whatever the block size, and a 1024-thread block
 // takes the longest rows. Scalar path: ptxas needs more registers for the
@@ -54,19 +61,21 @@ constexpr int kMinThreadsPerSmVector = 1024;
 constexpr int kMinThreadsPerSmScalar = 512;
 // The heuristic's efficiencies. Measured on the H200 (docs/PERFORMANCE.md,
 // GELU-LayerNorm): float32 rows of 2048 to 8192 at 0.86-0.97 of the copy
-// peak, 16-bit ones at 0.69-0.73 (39 instructions per element, issue-bound);
+// peak, 16-bit ones at 0.70-0.92 (issue-bound), and 16-bit rows of 1024 (in
+// 64-thread blocks) at 0.63-0.72, ahead of warp_per_row's 0.53-0.62; other
 // rows under 2048 elements leave most of a 256-thread block idle and pay
 // two barriers for little data (warp_per_row serves them); the scalar path
 // issues four or eight times the memory instructions with fewer threads
 // resident. The shipped table overrides these where it has the shape.
 constexpr int64_t kLongRow = 2048;
+constexpr int64_t kLongRow16BitVector = 1024;
 constexpr double kLongRowEfficiency = 0.85;
 constexpr double kShortRowEfficiency = 0.5;
 constexpr double kScalarFactor = 0.75;
 
-constexpr int ThreadsFor(int64_t capacity, bool vector) {
+constexpr int ThreadsFor(int64_t capacity, int pack, bool vector) {
   return static_cast<int>(
-      std::clamp<int64_t>(capacity / kMaxPerThread, kMinThreads,
+      std::clamp<int64_t>(capacity / kMaxPerThread, MinThreads(pack, vector),
                           vector ? kMaxThreadsVector : kMaxThreadsScalar));
 }
 
@@ -77,25 +86,30 @@ constexpr int ThreadsFor(int64_t capacity, bool vector) {
 // kernel stalled on memory latency most of the time at 4 blocks per SM:
 // every block idled the memory system from its last load to its next row.
 // The prefetched row costs registers (8 per slot), so these instances ask
-// for 512 resident threads per SM instead of 1024 (ptxas: 84 to 96
-// registers, no spills); 1024-thread blocks cannot spare them, and float32
-// at 4 slots per thread spilled at 128.
+// for fewer resident threads per SM than 1024: 512 for float32 (ptxas: 78
+// to 84 registers), 768 for 16-bit types (80 registers; left to 512 ptxas
+// took 111-113 and 2 or 4 fewer warps stayed resident, and the H200 ran
+// [8192,4096] float16 at 0.80 of the copy peak against 0.85 at 768,
+// bench/results/h200/ab-gelu/). 1024-thread blocks cannot spare the
+// registers, and float32 at 4 slots per thread spilled at 128.
 constexpr bool Pipelined(int threads, int vecs, bool vector) {
   return vector && threads <= 512 && vecs <= 2;
 }
-constexpr int kMinThreadsPerSmPipelined = 512;
+constexpr int MinThreadsPerSmPipelined(int pack) {
+  return pack == 8 ? 768 : 512;
+}
 
-constexpr int MinBlocksFor(int threads, int vecs, bool vector) {
-  return std::max(1,
-                  (Pipelined(threads, vecs, vector) ? kMinThreadsPerSmPipelined
-                   : vector                         ? kMinThreadsPerSmVector
-                                                    : kMinThreadsPerSmScalar) /
-                      threads);
+constexpr int MinBlocksFor(int threads, int vecs, bool vector, int pack) {
+  return std::max(
+      1, (Pipelined(threads, vecs, vector) ? MinThreadsPerSmPipelined(pack)
+          : vector                         ? kMinThreadsPerSmVector
+                                           : kMinThreadsPerSmScalar) /
+             threads);
 }
 
 template <typename Io, int kThreads, int kVecs, bool kVector, bool kTanh>
-__global__ void __launch_bounds__(kThreads,
-                                  MinBlocksFor(kThreads, kVecs, kVector))
+__global__ void __launch_bounds__(kThreads, MinBlocksFor(kThreads, kVecs,
+                                                         kVector, Io::kPack))
     GeluLnBlockKernel(Args a) {
   __shared__ float partial[2][kThreads / 32];
   const gelu_ln::BlockReducer<kThreads> reduce{partial};
@@ -130,14 +144,15 @@ absl::Status LaunchBlock(const Args& a, ExecContext& ctx) {
 // The smallest capacity (a power of two, see the table above) that holds
 // the row.
 template <typename Io, bool kVector, bool kTanh,
-          int64_t kCapacity = std::max<int64_t>(1024, kMinThreads* Io::kPack)>
+          int64_t kCapacity = std::max<int64_t>(
+              1024, MinThreads(Io::kPack, kVector) * Io::kPack)>
 absl::Status DispatchCapacity(const Args& a, ExecContext& ctx) {
   if constexpr (kCapacity < kMaxHidden) {
     if (a.hidden > kCapacity) {
       return DispatchCapacity<Io, kVector, kTanh, 2 * kCapacity>(a, ctx);
     }
   }
-  constexpr int kThreads = ThreadsFor(kCapacity, kVector);
+  constexpr int kThreads = ThreadsFor(kCapacity, Io::kPack, kVector);
   constexpr int kVecs = static_cast<int>(kCapacity / (kThreads * Io::kPack));
   static_assert(kVecs >= 1 && kThreads * kVecs * Io::kPack == kCapacity);
   return LaunchBlock<Io, kThreads, kVecs, kVector, kTanh>(a, ctx);
@@ -173,11 +188,13 @@ class GeluLnBlockPerRowVariant final
   }
   double Efficiency(const Problem& problem, const DeviceInfo&) const override {
     const auto& p = std::get<GeluLnProblem>(problem);
+    const int64_t elem = ElementSize(p.dtype);
+    const bool vector = p.hidden * elem % 16 == 0;
+    const int64_t long_row =
+        vector && elem == 2 ? kLongRow16BitVector : kLongRow;
     const double e =
-        p.hidden >= kLongRow ? kLongRowEfficiency : kShortRowEfficiency;
-    return p.hidden * static_cast<int64_t>(ElementSize(p.dtype)) % 16 == 0
-               ? e
-               : e * kScalarFactor;
+        p.hidden >= long_row ? kLongRowEfficiency : kShortRowEfficiency;
+    return vector ? e : e * kScalarFactor;
   }
   absl::Status RunTyped(const GeluLnProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {
