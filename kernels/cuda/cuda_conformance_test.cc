@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/core/permute.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_util.h"
@@ -173,13 +174,19 @@ std::vector<Problem> ExtraProblems(OpKind op, DType t) {
 }
 
 // For the sanitizer runs, which are 10-100x slower and must fit one call:
-// COALESCE_CONFORMANCE_OPS=gemm,gelu_layer_norm keeps those ops only, and
-// COALESCE_CONFORMANCE_MAX_BYTES=N skips problems moving more than N bytes.
-bool OpSelected(OpKind op) {
-  const char* env = std::getenv("COALESCE_CONFORMANCE_OPS");
+// COALESCE_CONFORMANCE_OPS=gemm,gelu_layer_norm keeps those ops only,
+// COALESCE_CONFORMANCE_VARIANTS=gelu_layer_norm.cuda.block_per_row,... those
+// variants only, and COALESCE_CONFORMANCE_MAX_BYTES=N skips problems moving
+// more than N bytes.
+bool Listed(const char* variable, absl::string_view name) {
+  const char* env = std::getenv(variable);
   if (env == nullptr || *env == '\0') return true;
   const std::string list = std::string(",") + env + ",";
-  return list.find("," + std::string(OpName(op)) + ",") != std::string::npos;
+  return list.find(absl::StrCat(",", name, ",")) != std::string::npos;
+}
+bool Selected(const KernelVariant& v) {
+  return Listed("COALESCE_CONFORMANCE_OPS", OpName(v.op())) &&
+         Listed("COALESCE_CONFORMANCE_VARIANTS", v.name());
 }
 bool SizeSelected(const Problem& p) {
   const char* env = std::getenv("COALESCE_CONFORMANCE_MAX_BYTES");
@@ -191,7 +198,7 @@ TEST_F(CudaConformance, EveryVariantMatchesTheReference) {
   int checked = 0;
   uint64_t seed = 7;
   for (const KernelVariant* v : backend_->registry().All()) {
-    if (!OpSelected(v->op())) continue;
+    if (!Selected(*v)) continue;
     const int before = checked;
     for (DType t : kAllDTypes) {
       std::vector<Problem> problems = ConformanceProblems(v->op(), t);
