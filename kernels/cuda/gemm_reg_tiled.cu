@@ -173,29 +173,6 @@ struct TileLoader {
   }
 };
 
-// cp.async (LDGSTS) of 16 or 4 bytes, global to shared, bypassing
-// registers; src_bytes 0 reads nothing and zero-fills the destination.
-__device__ __forceinline__ void CpAsync16(float* dst, const float* src,
-                                          bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s),
-               "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsync4(float* dst, const float* src,
-                                         bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s),
-               "l"(src), "r"(valid ? 4 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void CpAsyncWaitAll() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
 // An mn-contiguous operand ([k, mn]: A transposed, B not transposed)
 // copied straight into the k-major shared tile with cp.async: the same
 // positions as TileLoader<false, kVec> (k-row t/32 of a round, mn offset
@@ -217,14 +194,14 @@ struct AsyncTileLoader {
   // of the tile) and advances to the round after it.
   __device__ __forceinline__ void Issue(float (*s)[kBM + kPad], int tid,
                                         int mn_sz, int k_sz) {
-    float* dst = &s[tid / 32][4 * (tid % 32)];
+    const uint32_t dst = SharedAddress(&s[tid / 32][4 * (tid % 32)]);
     if constexpr (kVec) {
       // mn % 4 == 0: the vector is wholly inside or outside.
-      CpAsync16(dst, ptr, l < k_sz && mn < mn_sz);
+      CpAsync<16>(dst, ptr, l < k_sz && mn < mn_sz);
     } else {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        CpAsync4(dst + e, ptr + e, l < k_sz && mn + e < mn_sz);
+        CpAsync<4>(dst + 4 * e, ptr + e, l < k_sz && mn + e < mn_sz);
       }
     }
     ptr += static_cast<int64_t>(kLoadK) * mn_sz;
@@ -320,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   if constexpr (kAsyncA || kAsyncB) {
     CpAsyncCommit();
-    CpAsyncWaitAll();
+    CpAsyncWait<0>();
   }
   __syncthreads();
 
@@ -376,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
-    if constexpr (kAsyncA || kAsyncB) CpAsyncWaitAll();
+    if constexpr (kAsyncA || kAsyncB) CpAsyncWait<0>();
     __syncthreads();
   }
 

@@ -112,25 +112,6 @@ struct Smem {
   static_assert(kElemsB * sizeof(T) % 128 == 0, "B region alignment");
 };
 
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src,
-                                          bool in_bounds) {
-  // src-size 0 reads nothing and zero-fills the 16 bytes.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(src), "r"(in_bounds ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // Four 8x8 matrices of 16-bit elements; lanes 8i..8i+7 give the row
 // addresses of matrix i, and register i of lane l receives row l/4,
 // elements 2(l%4) and 2(l%4)+1 of matrix i (columns instead of rows with
@@ -325,7 +306,7 @@ struct TileCopier {
                              : it * kRowsPerIter < mn_left && k_left > 0;
       const T* p = src + it * row_step;
       // src-size 0 reads nothing and zero-fills.
-      CpAsync16(stage + dst + it * kRowBytes, in ? p : base, in);
+      CpAsync<16>(stage + dst + it * kRowBytes, in ? p : base, in);
     }
   }
 
