@@ -4,8 +4,8 @@
 # recompiles the named kernels/cuda sources (from ALT_SOURCE where given,
 # e.g. a candidate kept outside the tree) into build-gpu's objects, relinks
 # coalesce-bench and cuda_conformance_test and copies them to ab/NAME/;
-# with no FILE it copies build-gpu's current binaries: the baseline, taken
-# right after scripts/gpu-bundle.sh and before any candidate is linked. Then
+# with no FILE it builds and copies the working tree's binaries (the
+# baseline). Then
 #   scripts/ab-build.sh --pack
 # writes ab.tar.xz, to be carried with gpu-bundle.tar.xz (its libraries serve
 # every build). Names sort into the report's column order: the first is the
@@ -29,6 +29,8 @@ fi
 name=${1:?usage: ab-build.sh [--ops=OP,...] NAME [FILE[=ALT_SOURCE]]... | --pack}
 shift
 cd build-gpu
+# The baseline is the working tree: relink what an earlier candidate left.
+[ $# -gt 0 ] || ninja bench/coalesce-bench kernels/cuda/cuda_conformance_test >/dev/null
 objects=()
 for spec in "$@"; do
   src=${spec%%=*}
