@@ -85,71 +85,45 @@ constexpr SimtGemmCost kCost = {
     // 2504x4022x64 77 us for 4.9.
     1.5e-6};
 
-// One thread's share of one load round (kLoadK = 8 k, half a k-tile) of
-// one operand: four consecutive elements along the operand's contiguous
-// dimension.
-//
-// kKContig (A not transposed, B transposed): the operand is [mn, k] with
-// k contiguous; the round is 128 rows x 8 k, thread t loads row t/2, k
-// offset 4*(t%2), and stores the vector transposed (4 scalar stores).
-// Otherwise (A transposed, B not transposed): [k, mn] with mn contiguous;
-// the round is 8 k-rows x 128, thread t loads k-row t/32, mn offset
-// 4*(t%32), and stores the vector as one float4. Sizes are re-read from
-// the kernel parameters (constant bank) rather than held in registers;
-// the loader walks K in order, advancing its pointer one round per Next().
-template <bool kKContig, bool kVec>
+// One thread's share of one load round (kLoadK = 8 k, half a k-tile) of a
+// k-contiguous operand (A not transposed, B transposed: [mn, k]): four
+// consecutive k of one row. The round is 128 rows x 8 k; thread t loads
+// row t/2, k offset 4*(t%2), and stores the vector transposed (4 scalar
+// stores). Sizes are re-read from the kernel parameters (constant bank)
+// rather than held in registers; the loader walks K in order, advancing
+// its pointer one round per Next().
+template <bool kVec>
 struct TileLoader {
   const float* ptr;  // this thread's vector in the next round
-  int mn;            // row (kKContig) or first column of the vector
-  int l;             // k of the vector's (first) element in the next round
+  int mn;            // its row
+  int l;             // k of its first element in the next round
 
-  __device__ __forceinline__ TileLoader(const float* base, int mn0, int mn_sz,
+  __device__ __forceinline__ TileLoader(const float* base, int mn0, int,
                                         int k_sz, int tid) {
-    if constexpr (kKContig) {
-      mn = mn0 + tid / 2;
-      l = 4 * (tid % 2);
-      ptr = base + static_cast<int64_t>(mn) * k_sz + l;
-    } else {
-      mn = mn0 + 4 * (tid % 32);
-      l = tid / 32;
-      ptr = base + static_cast<int64_t>(l) * mn_sz + mn;
-    }
+    mn = mn0 + tid / 2;
+    l = 4 * (tid % 2);
+    ptr = base + static_cast<int64_t>(mn) * k_sz + l;
   }
 
   // The vector of the next load round (zero outside the matrix); advances
   // to the round after it.
   __device__ __forceinline__ float4 Next(int mn_sz, int k_sz) {
     const float4 v = Load(mn_sz, k_sz);
-    ptr += kKContig ? static_cast<int64_t>(kLoadK)
-                    : static_cast<int64_t>(kLoadK) * mn_sz;
+    ptr += kLoadK;
     l += kLoadK;
     return v;
   }
 
   __device__ __forceinline__ float4 Load(int mn_sz, int k_sz) const {
-    const float* q = ptr;
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if constexpr (kKContig) {
-      if (mn < mn_sz) {
-        if constexpr (kVec) {
-          // k % 4 == 0: the vector is wholly inside or outside.
-          if (l < k_sz) return __ldg(reinterpret_cast<const float4*>(q));
-        } else {
+    if (mn < mn_sz) {
+      if constexpr (kVec) {
+        // k % 4 == 0: the vector is wholly inside or outside.
+        if (l < k_sz) return __ldg(reinterpret_cast<const float4*>(ptr));
+      } else {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (l + e < k_sz) v[e] = __ldg(q + e);
-          }
-        }
-      }
-    } else {
-      if (l < k_sz) {
-        if constexpr (kVec) {
-          if (mn < mn_sz) return __ldg(reinterpret_cast<const float4*>(q));
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (mn + e < mn_sz) v[e] = __ldg(q + e);
-          }
+        for (int e = 0; e < 4; ++e) {
+          if (l + e < k_sz) v[e] = __ldg(ptr + e);
         }
       }
     }
@@ -160,23 +134,19 @@ struct TileLoader {
   // round's first k-row of the tile), tid as in the constructor.
   __device__ __forceinline__ static void Store(float (*s)[kBM + kPad], float4 v,
                                                int tid) {
-    if constexpr (kKContig) {
-      const int row = tid / 2;
-      const int k = 4 * (tid % 2);
-      s[k + 0][row] = v.x;
-      s[k + 1][row] = v.y;
-      s[k + 2][row] = v.z;
-      s[k + 3][row] = v.w;
-    } else {
-      *reinterpret_cast<float4*>(&s[tid / 32][4 * (tid % 32)]) = v;
-    }
+    const int row = tid / 2;
+    const int k = 4 * (tid % 2);
+    s[k + 0][row] = v.x;
+    s[k + 1][row] = v.y;
+    s[k + 2][row] = v.z;
+    s[k + 3][row] = v.w;
   }
 };
 
 // An mn-contiguous operand ([k, mn]: A transposed, B not transposed)
-// copied straight into the k-major shared tile with cp.async: the same
-// positions as TileLoader<false, kVec> (k-row t/32 of a round, mn offset
-// 4*(t%32)), no registers staged.
+// copied straight into the k-major shared tile with cp.async: the round
+// is 8 k-rows x 128, thread t copies k-row t/32, mn offset 4*(t%32), no
+// registers staged.
 template <bool kVec>
 struct AsyncTileLoader {
   const float* ptr;  // this thread's vector in the next round
@@ -248,10 +218,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   // by cp.async; a k-contiguous one through registers (transposed stores).
   constexpr bool kAsyncA = kTransA;
   constexpr bool kAsyncB = !kTransB;
-  using LoaderA = std::conditional_t<kAsyncA, AsyncTileLoader<kVec>,
-                                     TileLoader<true, kVec>>;
-  using LoaderB = std::conditional_t<kAsyncB, AsyncTileLoader<kVec>,
-                                     TileLoader<true, kVec>>;
+  using LoaderA =
+      std::conditional_t<kAsyncA, AsyncTileLoader<kVec>, TileLoader<kVec>>;
+  using LoaderB =
+      std::conditional_t<kAsyncB, AsyncTileLoader<kVec>, TileLoader<kVec>>;
   __shared__ __align__(16) float as[2][kBK][kBM + kPad];
   __shared__ __align__(16) float bs[2][kBK][kBN + kPad];
   const int tid = threadIdx.x;
