@@ -32,8 +32,8 @@
 #             (on the ops in ab/NAME/conformance-ops, else on
 #             COALESCE_CONFORMANCE_OPS), then the bench flags AB_ROUNDS
 #             times (default 2), the builds alternating (AB_NAMES: a subset,
-#             in order); bench/ab_report.py
-#             tables each build's best times against the first build's
+#             in order); bench/ab_report.py tables each build's best times
+#             against the first build's
 # Never touches clocks, power or MIG settings.
 set -uo pipefail
 out=${1:?usage: gpu-check.sh OUT_DIR [STEPS] [bench flags]}

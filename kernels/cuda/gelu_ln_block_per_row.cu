@@ -188,10 +188,9 @@ class GeluLnBlockPerRowVariant final
   }
   double Efficiency(const Problem& problem, const DeviceInfo&) const override {
     const auto& p = std::get<GeluLnProblem>(problem);
-    const int64_t elem = ElementSize(p.dtype);
-    const bool vector = p.hidden * elem % 16 == 0;
+    const bool vector = gelu_ln::WholePackRows(p.hidden, p.dtype);
     const int64_t long_row =
-        vector && elem == 2 ? kLongRow16BitVector : kLongRow;
+        vector && ElementSize(p.dtype) == 2 ? kLongRow16BitVector : kLongRow;
     const double e =
         p.hidden >= long_row ? kLongRowEfficiency : kShortRowEfficiency;
     return vector ? e : e * kScalarFactor;

@@ -53,11 +53,18 @@ inline Args ArgsOf(const GeluLnProblem& p, const Operands& ops) {
   return a;
 }
 
+// Whether rows of `hidden` elements of t are a whole number of 16-byte
+// packs: what the vector path needs of the shape (the selection heuristics
+// know no pointers).
+inline bool WholePackRows(int64_t hidden, DType t) {
+  return hidden * static_cast<int64_t>(ElementSize(t)) % 16 == 0;
+}
+
 // True when every row of every operand starts on a 16-byte boundary, so the
 // fused kernels may move whole 16-byte packs: the row length in bytes is a
 // multiple of 16 and every pointer is 16-byte aligned.
 inline bool Vectorizable(const Args& a, DType t) {
-  if (a.hidden * static_cast<int64_t>(ElementSize(t)) % 16 != 0) return false;
+  if (!WholePackRows(a.hidden, t)) return false;
   for (const void* q :
        {a.x, a.bias, a.residual, a.gamma, a.beta, static_cast<const void*>(a.y),
         static_cast<const void*>(a.h)}) {

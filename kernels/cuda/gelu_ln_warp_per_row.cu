@@ -139,10 +139,9 @@ class GeluLnWarpPerRowVariant final
   double Efficiency(const Problem& problem,
                     const DeviceInfo& dev) const override {
     const auto& p = std::get<GeluLnProblem>(problem);
-    const double e =
-        p.hidden * static_cast<int64_t>(ElementSize(p.dtype)) % 16 == 0
-            ? kVectorEfficiency
-            : kScalarEfficiency;
+    const double e = gelu_ln::WholePackRows(p.hidden, p.dtype)
+                         ? kVectorEfficiency
+                         : kScalarEfficiency;
     const bool few_long_rows = p.rows < kRowsPerSm * dev.multiprocessors &&
                                p.hidden >= kFewRowsMinHidden;
     return few_long_rows ? e * kFewRowsFactor : e;
