@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "kernels/core/problem.h"
 #include "kernels/core/variant.h"
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_common.h"
 #include "kernels/cuda/launch.h"
@@ -255,39 +256,5 @@ class SimtGemmVariant final
     });
   }
 };
-
-// ------------------------------------------------------------- cp.async
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// cp.async (LDGSTS): kBytes (4, 8 or 16) from global memory to shared
-// memory at shared address dst, not through registers. With valid false
-// the source size is 0: nothing is read (src need only be a valid address)
-// and the destination is zero-filled. 16-byte copies skip L1 (.cg); .cg
-// takes no smaller size.
-template <int kBytes>
-__device__ __forceinline__ void CpAsync(uint32_t dst, const void* src,
-                                        bool valid) {
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async size");
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-                 "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst),
-                 "l"(src), "n"(kBytes), "r"(valid ? kBytes : 0)
-                 : "memory");
-  }
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most kPending committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 }  // namespace coalesce::cuda

@@ -44,18 +44,17 @@
 // This file is compiled for sm_90a only (kernels/cuda/CMakeLists.txt): a
 // plain sm_90 pass would reject wgmma.
 #include <cuda.h>  // CUtensorMap and its enums only: no -lcuda
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/variants.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -94,52 +93,6 @@ static_assert(kBM == 2 * kBoxInner && kBN % kBoxInner == 0,
 // 692 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16
 // (bench/results/h200/gemm-wgmma-128x256/4096.md).
 constexpr double kEfficiency = 0.65;
-
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
-               "r"(count)
-               : "memory");
-}
-__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar,
-                                                   uint32_t bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-      "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
-               : "memory");
-}
-// Returns once the barrier's phase with the given parity has completed. A
-// fresh barrier is in phase 0, so waiting for parity 1 returns at once:
-// the producer's first pass over the ring needs no "empty" signal.
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-
-// One box of the tensor map at coordinates (c0 innermost, c1, c2) into
-// shared memory at dst; completion is counted in bytes on bar.
-__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* map,
-                                          int c0, int c1, int c2,
-                                          uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
-      "bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
 
 // Shared-memory matrix descriptor: start address, leading and stride byte
 // offsets (all in 16-byte units), 128-byte swizzle (mode 1 in bits 62-63).
@@ -269,8 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarInit(full(s), 1);  // the producer's arrive; bytes via expect_tx
       MbarInit(empty(s), kConsumers * 128);  // every consumer thread
     }
-    // Make the initialized barriers visible to the async (TMA) proxy.
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    MbarInitFence();
   }
   __syncthreads();
 
@@ -367,59 +319,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> EncodeTiledFn() {
-  // The driver entry point through the runtime: no link against libcuda.
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                         cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  if (fn == nullptr) {
-    return absl::InternalError(
-        "gemm.cuda.wgmma: the driver has no cuTensorMapEncodeTiled");
-  }
-  return fn;
-}
-
 // A tensor map over `batches` row-major rows x cols matrices of 16-bit
 // elements, batch_stride elements apart, read in boxes of box_cols x
 // box_rows with the 128-byte swizzle.
 absl::Status EncodeOperand(CUtensorMap* map, DType dt, const void* base,
                            int64_t rows, int64_t cols, int64_t batches,
                            int64_t batch_stride, int box_cols, int box_rows) {
-  COALESCE_ASSIGN_OR_RETURN(PFN_cuTensorMapEncodeTiled_v12000 encode,
-                            EncodeTiledFn());
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols),
-                              static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(batches)};
-  // Bytes between rows and between batch entries (a single entry gets its
-  // dense size: any multiple of 16 is valid there).
-  const cuuint64_t strides[2] = {
-      static_cast<cuuint64_t>(cols * 2),
-      static_cast<cuuint64_t>((batches > 1 ? batch_stride : rows * cols) * 2)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols),
-                             static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(
+  // Bytes between batch entries (a single entry gets its dense size: any
+  // multiple of 16 is valid there).
+  return EncodeTensorMap3d(
       map,
       dt == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                             : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-      3, const_cast<void*>(base), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return absl::InternalError(absl::StrCat(
-        "gemm.cuda.wgmma: cuTensorMapEncodeTiled failed (CUresult ", r,
-        ") for a ", rows, "x", cols, " operand, ", batches, " entries"));
-  }
-  return absl::OkStatus();
+      base, {cols, rows, batches},
+      {cols * 2, (batches > 1 ? batch_stride : rows * cols) * 2},
+      {box_cols, box_rows, 1}, CU_TENSOR_MAP_SWIZZLE_128B, kName);
 }
 
 template <typename T, bool kTransA, bool kTransB>

@@ -12,10 +12,12 @@ void RegisterCudaVariants(VariantRegistry& r) {
   r.Add(cuda::MakeTransposeVariant(TransposeKernel::kSmemPadded));
   r.Add(cuda::MakeTransposeVariant(TransposeKernel::kVec16));
   r.Add(cuda::MakeTransposeVariant(TransposeKernel::kVec16Wide));
+  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kTma));
   r.Add(cuda::MakeTransposeVariant(TransposeKernel::kSmallDim));
   r.Add(cuda::MakePermuteVariant(PermuteKernel::kNaive));
   r.Add(cuda::MakePermuteVariant(PermuteKernel::kTiled));
   r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kVec16));
+  r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kTma));
   r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kSmallDim));
   r.Add(cuda::MakeGemmNaiveVariant());
   r.Add(cuda::MakeGemmSmemTiledVariant());

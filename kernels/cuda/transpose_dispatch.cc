@@ -20,7 +20,8 @@ absl::Status TransposeSupports(TransposeKernel k, const TransposeShape& s) {
   }
   switch (k) {
     case TransposeKernel::kVec16:
-    case TransposeKernel::kVec16Wide: {
+    case TransposeKernel::kVec16Wide:
+    case TransposeKernel::kTma: {
       const int64_t m = Vec16Multiple(s.elem_bytes);
       if (s.rows % m != 0 || s.cols % m != 0) {
         return absl::UnimplementedError(
@@ -62,6 +63,10 @@ double TransposeEfficiency(TransposeKernel k, const TransposeShape& s) {
       return (wide ? 0.88 : 0.89) *
              TileUtilization(s.rows, s.cols, t.rows, t.cols);
     }
+    case TransposeKernel::kTma: {
+      const Vec16Tile t = TmaTileOf(s);
+      return 0.9 * TileUtilization(s.rows, s.cols, t.rows, t.cols);
+    }
     case TransposeKernel::kSmallDim:
       return SmallDimInRegisters(s) ? 0.95 : 0.8;
   }
@@ -75,6 +80,8 @@ absl::Status LaunchTranspose(TransposeKernel k, const TransposeShape& s,
       return LaunchTransposeVec16(s, /*wide=*/false, in, out, ctx);
     case TransposeKernel::kVec16Wide:
       return LaunchTransposeVec16(s, /*wide=*/true, in, out, ctx);
+    case TransposeKernel::kTma:
+      return LaunchTransposeTma(s, in, out, ctx);
     case TransposeKernel::kSmallDim:
       return LaunchTransposeSmallDim(s, in, out, ctx);
     default:

@@ -18,6 +18,12 @@ struct Vec16Tile {
 Vec16Tile Vec16TileOf(const TransposeShape& s, bool wide);
 absl::Status LaunchTransposeVec16(const TransposeShape& s, bool wide,
                                   const void* in, void* out, ExecContext& ctx);
+
+// transpose_tma.cu: tiles of TmaTileOf's element rows x columns, read by the
+// tensor memory accelerator.
+Vec16Tile TmaTileOf(const TransposeShape& s);
+absl::Status LaunchTransposeTma(const TransposeShape& s, const void* in,
+                                void* out, ExecContext& ctx);
 // transpose_small_dim.cu. SmallDimInRegisters: whether s takes the
 // register path (a short side of 2 or more, the long side whole 16-byte
 // vectors) rather than the shared-memory one.

@@ -31,6 +31,10 @@ KernelDoc DocOf(TransposeKernel k) {
       return {"vec16_wide",
               "vec16 with 64-column tiles: 128-byte row segments for 16-bit "
               "types, twice the bytes in flight per thread"};
+    case TransposeKernel::kTma:
+      return {"tma",
+              "vec16's 16-byte accesses with each tile read by the tensor "
+              "memory accelerator: persistent blocks, 4 tiles in flight"};
     case TransposeKernel::kSmallDim:
       return {"small_dim",
               "one side <= 16: a contiguous run on one side, short runs on "
