@@ -327,13 +327,15 @@ absl::Status EncodeOperand(CUtensorMap* map, DType dt, const void* base,
                            int64_t batch_stride, int box_cols, int box_rows) {
   // Bytes between batch entries (a single entry gets its dense size: any
   // multiple of 16 is valid there).
-  return EncodeTensorMap3d(
+  const int64_t dims[3] = {cols, rows, batches};
+  const int64_t strides[2] = {cols * 2,
+                              (batches > 1 ? batch_stride : rows * cols) * 2};
+  const int box[3] = {box_cols, box_rows, 1};
+  return EncodeTensorMap(
       map,
       dt == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                             : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-      base, {cols, rows, batches},
-      {cols * 2, (batches > 1 ? batch_stride : rows * cols) * 2},
-      {box_cols, box_rows, 1}, CU_TENSOR_MAP_SWIZZLE_128B, kName);
+      base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, kName);
 }
 
 template <typename T, bool kTransA, bool kTransB>

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace coalesce::cuda {
 namespace {
@@ -26,35 +27,41 @@ PFN_cuTensorMapEncodeTiled_v12000 EncodeTiledFn() {
 
 }  // namespace
 
-absl::Status EncodeTensorMap3d(CUtensorMap* map, CUtensorMapDataType type,
-                               const void* base, std::array<int64_t, 3> dims,
-                               std::array<int64_t, 2> strides,
-                               std::array<int, 3> box,
-                               CUtensorMapSwizzle swizzle,
-                               absl::string_view who) {
+absl::Status EncodeTensorMap(CUtensorMap* map, CUtensorMapDataType type,
+                             const void* base, absl::Span<const int64_t> dims,
+                             absl::Span<const int64_t> strides,
+                             absl::Span<const int> box,
+                             CUtensorMapSwizzle swizzle,
+                             absl::string_view who) {
+  constexpr size_t kMaxRank = 5;
+  const size_t rank = dims.size();
+  if (rank == 0 || rank > kMaxRank || strides.size() + 1 != rank ||
+      box.size() != rank) {
+    return absl::InternalError(
+        absl::StrCat(who, ": tensor map of rank ", rank, " with ",
+                     strides.size(), " strides and ", box.size(), " box dims"));
+  }
   const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiledFn();
   if (encode == nullptr) {
     return absl::InternalError(
         absl::StrCat(who, ": the driver has no cuTensorMapEncodeTiled"));
   }
-  const cuuint64_t d[3] = {static_cast<cuuint64_t>(dims[0]),
-                           static_cast<cuuint64_t>(dims[1]),
-                           static_cast<cuuint64_t>(dims[2])};
-  const cuuint64_t s[2] = {static_cast<cuuint64_t>(strides[0]),
-                           static_cast<cuuint64_t>(strides[1])};
-  const cuuint32_t b[3] = {static_cast<cuuint32_t>(box[0]),
-                           static_cast<cuuint32_t>(box[1]),
-                           static_cast<cuuint32_t>(box[2])};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(map, type, 3, const_cast<void*>(base), d, s, b,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  cuuint64_t d[kMaxRank], s[kMaxRank];
+  cuuint32_t b[kMaxRank], elem_strides[kMaxRank];
+  for (size_t i = 0; i < rank; ++i) {
+    d[i] = static_cast<cuuint64_t>(dims[i]);
+    b[i] = static_cast<cuuint32_t>(box[i]);
+    elem_strides[i] = 1;
+    if (i + 1 < rank) s[i] = static_cast<cuuint64_t>(strides[i]);
+  }
+  const CUresult r = encode(
+      map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, s,
+      b, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    return absl::InternalError(
-        absl::StrCat(who, ": cuTensorMapEncodeTiled failed (CUresult ", r,
-                     ") for dims ", dims[0], "x", dims[1], "x", dims[2],
-                     ", box ", box[0], "x", box[1], "x", box[2]));
+    return absl::InternalError(absl::StrCat(
+        who, ": cuTensorMapEncodeTiled failed (CUresult ", r, ") for dims ",
+        absl::StrJoin(dims, "x"), ", box ", absl::StrJoin(box, "x")));
   }
   return absl::OkStatus();
 }

@@ -9,17 +9,25 @@
 // thread instructions, and every block has up to kStages tiles requested
 // ahead of the one it transposes.
 //
-// Tile: 64 rows x 16 chunks, a chunk being 16 bytes of one row (8 16-bit or
-// 4 float32 elements): 64 x 128 16-bit or 64 x 64 float32 elements, stored
-// densely by the TMA (256-byte rows). A thread takes a unit of kUnitRows
-// consecutive rows of one chunk column (8 rows of 16-bit elements, 4 of
-// float32): kUnitRows 16-byte shared loads, which are kUnitRows x kUnitRows
-// elements; their transpose is kUnitRows output pieces of 16 bytes (16-bit
-// elements paired into words with __byte_perm, as in vec16), one per column
-// of the chunk. Lanes 8j..8j+7 of a warp take chunks 8c..8c+7 of one unit
-// row, so each quarter warp's 16-byte loads cover 128 contiguous bytes:
-// no bank conflicts without padding, which a TMA box cannot have. A warp's
-// stores then cover 8 output rows x 64 contiguous bytes (4 units of 16).
+// Tile: 128 rows x 128 bytes (64 16-bit or 32 float32 columns). A thread
+// takes units of kUnitRows consecutive rows x one 16-byte chunk (8 rows of
+// 16-bit elements, 4 of float32): kUnitRows 16-byte shared loads, whose
+// transpose is kUnitRows output pieces of 16 bytes, one per column of the
+// chunk (16-bit elements paired into words with __byte_perm, as in vec16).
+// A warp's lanes take consecutive units down the tile (unit rows g) for one
+// or two chunks k, so each of its 16-byte stores writes one or two output
+// rows of 256 or 512 contiguous bytes. (A first version took 8 chunks of 4
+// unit rows per warp, 8 output rows of 64 bytes per store, and ran at
+// 0.78-0.87 of the copy peak against vec16's 0.87-0.93:
+// bench/results/h200/session6/tma-v1.)
+//
+// Bank conflicts: the lanes of a quarter warp then read the same chunk of
+// 8 rows 8 apart, the same banks in a dense tile, and a TMA box has no
+// padding. So the tensor map views the matrix as 4-D, (column, unit row g,
+// row within the unit r, batch) with strides (1, kUnitRows rows, 1 row,
+// matrix): the box lands as [r][g][128 bytes], shared row s = r * kGroups +
+// g, and the TMA's 128-byte swizzle (chunk k stored at k ^ (s % 8)) puts
+// the 8 units of a quarter warp, g % 8 = 0..7, in 8 different chunks.
 //
 // Edges: the TMA zero-fills what lies past the matrix and the expected
 // transaction bytes are whole boxes; stores are predicated per 16-byte
@@ -44,23 +52,26 @@ namespace {
 constexpr char kName[] = "transpose.cuda.tma";
 constexpr int kThreads = 128;
 constexpr int kStages = 4;
-constexpr int kTileRows = 64;
-constexpr int kChunksPerRow = 16;
-constexpr int kTileBytes = kTileRows * kChunksPerRow * 16;
-// TMA destinations: 128-byte aligned. Dynamic shared memory is only
-// guaranteed 16, so the kernel rounds its base up and asks for the slack.
-constexpr int kSmemAlign = 128;
+constexpr int kTileRows = 128;
+constexpr int kRowBytes = 128;  // the 128-byte swizzle's span
+constexpr int kChunks = kRowBytes / 16;
+constexpr int kTileBytes = kTileRows * kRowBytes;
+// Swizzled TMA destinations: 1024-byte aligned. Dynamic shared memory is
+// only guaranteed 16, so the kernel rounds its base up and asks for the
+// slack.
+constexpr int kSmemAlign = 1024;
 constexpr int kSmemBytes = kSmemAlign + kStages * kTileBytes;
 
 template <int kElemBytes>
 struct Geometry {
   using T = std::conditional_t<kElemBytes == 4, uint32_t, uint16_t>;
   static constexpr int kChunkElems = 16 / kElemBytes;  // 8 or 4
-  static constexpr int kTileCols = kChunksPerRow * kChunkElems;
+  static constexpr int kTileCols = kRowBytes / kElemBytes;
   static constexpr int kUnitRows = kChunkElems;
-  static constexpr int kUnitGroups = kTileRows / kUnitRows;
-  static constexpr int kUnitsPerThread =
-      kUnitGroups * kChunksPerRow / kThreads;  // 1 or 2
+  static constexpr int kGroups = kTileRows / kUnitRows;  // 16 or 32
+  static constexpr int kLanesPerChunk = kGroups < 32 ? kGroups : 32;
+  static constexpr int kUnitsPerThread = kGroups * kChunks / kThreads;
+  static_assert(kGroups % 8 == 0, "s % 8 == g % 8 needs whole 8-row sets");
 };
 
 // Word i of v; i is a constant after unrolling, so no local memory.
@@ -85,6 +96,16 @@ __device__ __forceinline__ uint4 UnitColumn(const uint4 (&x)[16 / kElemBytes],
     };
     return make_uint4(w(0), w(1), w(2), w(3));
   }
+}
+
+// The chunk (column of 16 bytes) of this thread's unit u: lanes with the
+// same chunk take consecutive unit rows, group = lane % kLanesPerChunk.
+template <int kElemBytes>
+__device__ __forceinline__ int ChunkOf(int u, int warp, int lane) {
+  using G = Geometry<kElemBytes>;
+  constexpr int kChunksPerWarp = 32 / G::kLanesPerChunk;  // 2 or 1
+  return lane / G::kLanesPerChunk +
+         kChunksPerWarp * (warp + u * (kThreads / 32));
 }
 
 struct TileCoord {
@@ -121,9 +142,9 @@ __global__ void __launch_bounds__(kThreads)
     const int s = static_cast<int>(i % kStages);
     const uint32_t bar = SharedAddress(&full[s]);
     MbarArriveExpectTx(bar, kTileBytes);
-    TmaLoad3d(base + s * kTileBytes, &map,
-              static_cast<int>(c.tc * G::kTileCols),
-              static_cast<int>(c.tr * kTileRows), static_cast<int>(c.b), bar);
+    TmaLoad4d(
+        base + s * kTileBytes, &map, static_cast<int>(c.tc * G::kTileCols),
+        static_cast<int>(c.tr * G::kGroups), 0, static_cast<int>(c.b), bar);
   };
 
   if (tid == 0) {
@@ -140,13 +161,12 @@ __global__ void __launch_bounds__(kThreads)
     uint4 x[G::kUnitsPerThread][G::kUnitRows];
 #pragma unroll
     for (int u = 0; u < G::kUnitsPerThread; ++u) {
-      // Warp unit w: chunks 8 (w % 2) .. + 7, unit rows 4 (w / 2) .. + 3.
-      const int w = u * (kThreads / 32) + warp;
-      const int chunk = 8 * (w % 2) + lane % 8;
-      const int group = 4 * (w / 2) + lane / 8;
+      const int chunk = ChunkOf<kElemBytes>(u, warp, lane);
+      const int group = lane % G::kLanesPerChunk;
 #pragma unroll
       for (int r = 0; r < G::kUnitRows; ++r) {
-        x[u][r] = tile[(group * G::kUnitRows + r) * kChunksPerRow + chunk];
+        x[u][r] =
+            tile[(r * G::kGroups + group) * kChunks + (chunk ^ (group % 8))];
       }
     }
     // Every thread has read stage s: it may be refilled.
@@ -157,9 +177,8 @@ __global__ void __launch_bounds__(kThreads)
     T* dst = static_cast<T*>(out_v) + c.b * rows * cols;
 #pragma unroll
     for (int u = 0; u < G::kUnitsPerThread; ++u) {
-      const int w = u * (kThreads / 32) + warp;
-      const int chunk = 8 * (w % 2) + lane % 8;
-      const int group = 4 * (w / 2) + lane / 8;
+      const int chunk = ChunkOf<kElemBytes>(u, warp, lane);
+      const int group = lane % G::kLanesPerChunk;
       const int64_t r0 = c.tr * kTileRows + group * G::kUnitRows;
       if (r0 >= rows) continue;
 #pragma unroll
@@ -178,14 +197,19 @@ template <int kElemBytes>
 absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
                             ExecContext& ctx) {
   using G = Geometry<kElemBytes>;
+  // (column, unit row, row in the unit, batch): see the file comment.
+  const int64_t es = kElemBytes;
+  const int64_t dims[4] = {s.cols, s.rows / G::kUnitRows, G::kUnitRows,
+                           s.batch};
+  const int64_t strides[3] = {G::kUnitRows * s.cols * es, s.cols * es,
+                              s.rows * s.cols * es};
+  const int box[4] = {G::kTileCols, G::kGroups, G::kUnitRows, 1};
   CUtensorMap map;
-  COALESCE_RETURN_IF_ERROR(EncodeTensorMap3d(
+  COALESCE_RETURN_IF_ERROR(EncodeTensorMap(
       &map,
       kElemBytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
                       : CU_TENSOR_MAP_DATA_TYPE_UINT16,
-      in, {s.cols, s.rows, s.batch},
-      {s.cols * kElemBytes, s.rows * s.cols * kElemBytes},
-      {G::kTileCols, kTileRows, 1}, CU_TENSOR_MAP_SWIZZLE_NONE, kName));
+      in, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, kName));
   const int64_t tiles_r = CeilDiv(s.rows, kTileRows);
   const int64_t tiles_c = CeilDiv(s.cols, G::kTileCols);
   const int64_t num_tiles = s.batch * tiles_r * tiles_c;
