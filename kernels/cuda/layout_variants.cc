@@ -52,33 +52,20 @@ class PermuteVariant final : public LayoutBase {
   PermuteKernel kernel_;
 };
 
-const char* Suffix(TransposeKernel k) {
-  switch (k) {
-    case TransposeKernel::kSmallDim:
-      return "small_dim";
-    case TransposeKernel::kTma:
-      return "tma";
-    default:
-      return "vec16";
-  }
-}
-
 // Permutations that collapse to a batched 2-D transpose.
 class LayoutTransposeVariant final : public LayoutBase {
  public:
   explicit LayoutTransposeVariant(TransposeKernel k)
-      : kernel_(k), name_(absl::StrCat("convert_layout.cuda.", Suffix(k))) {}
+      : kernel_(k),
+        name_(absl::StrCat(
+            "convert_layout.cuda.",
+            k == TransposeKernel::kSmallDim ? "small_dim" : "vec16")) {}
   absl::string_view name() const override { return name_; }
   absl::string_view description() const override {
-    switch (kernel_) {
-      case TransposeKernel::kSmallDim:
-        return "collapsed batched transpose with a side <= 16 (C = 3 "
-               "images, AoS records): both sides coalesced";
-      case TransposeKernel::kTma:
-        return "collapsed batched transpose by the TMA-fed transpose";
-      default:
-        return "collapsed batched transpose by the 16-byte vec16 transpose";
-    }
+    return kernel_ == TransposeKernel::kSmallDim
+               ? "collapsed batched transpose with a side <= 16 (C = 3 "
+                 "images, AoS records): both sides coalesced"
+               : "collapsed batched transpose by the 16-byte vec16 transpose";
   }
 
  protected:

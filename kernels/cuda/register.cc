@@ -17,7 +17,6 @@ void RegisterCudaVariants(VariantRegistry& r) {
   r.Add(cuda::MakePermuteVariant(PermuteKernel::kNaive));
   r.Add(cuda::MakePermuteVariant(PermuteKernel::kTiled));
   r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kVec16));
-  r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kTma));
   r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kSmallDim));
   r.Add(cuda::MakeGemmNaiveVariant());
   r.Add(cuda::MakeGemmSmemTiledVariant());

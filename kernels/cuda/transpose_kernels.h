@@ -21,9 +21,8 @@ enum class TransposeKernel {
   kVec16,       // 16-byte loads and stores, 64 word-rows x 32 columns
   kVec16Wide,   // the same with 64 columns: 128-byte row segments for
                 // 16-bit types, twice the bytes in flight
-  kTma,         // vec16's 16-byte accesses with the tile read by the
-                // tensor memory accelerator, several tiles in flight per
-                // persistent block (sm_90)
+  kTma,         // 256-byte tiles read by the tensor memory accelerator,
+                // several in flight per persistent block (sm_90)
   kSmallDim,    // one side <= kSmallDimMax: both sides coalesced via a
                 // shared-memory gather, no wasted tile columns
 };

@@ -1,33 +1,39 @@
 // Transpose with the Hopper tensor memory accelerator (TMA) on the read
-// side: a persistent block keeps kStages input tiles in flight, each one a
-// single cp.async.bulk.tensor of a 16 KB box, while its threads transpose
-// the tile that has landed and store it with 16-byte writes.
+// side: a persistent block keeps kStages input tiles in flight (64 KB), each
+// one two cp.async.bulk.tensor boxes, while its threads transpose the tile
+// that has landed and store it with 16-byte writes.
 //
 // Why: vec16 stages each tile through registers, so a block has one tile's
 // loads in flight and waits for them (ncu, bfloat16 4096^2: 41% issue
 // active, long-scoreboard stalls dominant). Here loads cost no registers or
-// thread instructions, and every block has up to kStages tiles requested
-// ahead of the one it transposes.
+// thread instructions, and every block has 2 (16-bit) or 4 (float32) tiles
+// requested ahead of the one it transposes.
 //
-// Tile: 128 rows x 128 bytes (64 16-bit or 32 float32 columns). A thread
-// takes units of kUnitRows consecutive rows x one 16-byte chunk (8 rows of
-// 16-bit elements, 4 of float32): kUnitRows 16-byte shared loads, whose
-// transpose is kUnitRows output pieces of 16 bytes, one per column of the
-// chunk (16-bit elements paired into words with __byte_perm, as in vec16).
-// A warp's lanes take consecutive units down the tile (unit rows g) for one
-// or two chunks k, so each of its 16-byte stores writes one or two output
-// rows of 256 or 512 contiguous bytes. (A first version took 8 chunks of 4
-// unit rows per warp, 8 output rows of 64 bytes per store, and ran at
-// 0.78-0.87 of the copy peak against vec16's 0.87-0.93:
-// bench/results/h200/session6/tma-v1.)
+// Tile: 256 bytes both ways, as vec16_wide's float32 tile: 128 rows x 128
+// 16-bit columns or 64 x 64 float32, read as two boxes of 128-byte rows
+// side by side. A thread takes a unit of kUnitRows consecutive rows x one
+// 16-byte chunk (8 rows of 16-bit elements, 4 of float32): kUnitRows
+// 16-byte shared loads, whose transpose is kUnitRows output pieces of 16
+// bytes, one per column of the chunk (16-bit elements paired into words
+// with __byte_perm, as in vec16). A warp's lanes take the 16 units down the
+// tile for two chunks, so each of its 16-byte stores writes two output rows
+// of 256 contiguous bytes.
 //
 // Bank conflicts: the lanes of a quarter warp then read the same chunk of
-// 8 rows 8 apart, the same banks in a dense tile, and a TMA box has no
-// padding. So the tensor map views the matrix as 4-D, (column, unit row g,
-// row within the unit r, batch) with strides (1, kUnitRows rows, 1 row,
-// matrix): the box lands as [r][g][128 bytes], shared row s = r * kGroups +
+// 8 rows kUnitRows apart, the same banks in a dense tile, and a TMA box has
+// no padding. So the tensor map views the matrix as 4-D, (column, unit row
+// g, row within the unit r, batch) with strides (1, kUnitRows rows, 1 row,
+// matrix): a box lands as [r][g][128 bytes], shared row s = r * kGroups +
 // g, and the TMA's 128-byte swizzle (chunk k stored at k ^ (s % 8)) puts
 // the 8 units of a quarter warp, g % 8 = 0..7, in 8 different chunks.
+//
+// H200 (bench/results/h200/session6/tma-v1..v3): the first version (one
+// 128-byte box of 128 rows, 8 chunks of 4 unit rows per warp: 64-byte
+// store segments) ran at 0.78-0.87 of the copy peak against vec16's
+// 0.87-0.93; lanes down the tile (v2) brought 16-bit to vec16_wide's
+// figure and past it at 4096^2; the 256-byte tile (this one) leads vec16_wide
+// by 1-8% in 16-bit and at float32 4096^2, and trails it by 0.3-2% on the
+// larger float32 shapes.
 //
 // Edges: the TMA zero-fills what lies past the matrix and the expected
 // transaction bytes are whole boxes; stores are predicated per 16-byte
@@ -50,28 +56,37 @@ namespace coalesce::cuda {
 namespace {
 
 constexpr char kName[] = "transpose.cuda.tma";
-constexpr int kThreads = 128;
-constexpr int kStages = 4;
-constexpr int kTileRows = 128;
-constexpr int kRowBytes = 128;  // the 128-byte swizzle's span
-constexpr int kChunks = kRowBytes / 16;
-constexpr int kTileBytes = kTileRows * kRowBytes;
+constexpr int kThreads = 256;
+constexpr int kBoxRowBytes = 128;  // the 128-byte swizzle's span
+constexpr int kBoxes = 2;          // side by side: 256-byte row segments
+constexpr int kChunks = kBoxes * kBoxRowBytes / 16;
+// 64 KB of stages per block (see Geometry) and 3 blocks per SM: 24 warps
+// and 12 to 24 tiles in flight. The bound also keeps ptxas from the 64
+// registers and a spill it chose without one.
+constexpr int kBlocksPerSm = 3;
 // Swizzled TMA destinations: 1024-byte aligned. Dynamic shared memory is
 // only guaranteed 16, so the kernel rounds its base up and asks for the
 // slack.
 constexpr int kSmemAlign = 1024;
-constexpr int kSmemBytes = kSmemAlign + kStages * kTileBytes;
 
 template <int kElemBytes>
 struct Geometry {
   using T = std::conditional_t<kElemBytes == 4, uint32_t, uint16_t>;
   static constexpr int kChunkElems = 16 / kElemBytes;  // 8 or 4
-  static constexpr int kTileCols = kRowBytes / kElemBytes;
+  static constexpr int kBoxCols = kBoxRowBytes / kElemBytes;
+  static constexpr int kTileCols = kBoxes * kBoxCols;
+  // 256 bytes down each output row too: 64 float32 or 128 16-bit rows.
+  static constexpr int kTileRows = 256 / kElemBytes;
   static constexpr int kUnitRows = kChunkElems;
-  static constexpr int kGroups = kTileRows / kUnitRows;  // 16 or 32
-  static constexpr int kLanesPerChunk = kGroups < 32 ? kGroups : 32;
+  static constexpr int kGroups = kTileRows / kUnitRows;  // 16
+  static constexpr int kLanesPerChunk = kGroups;
   static constexpr int kUnitsPerThread = kGroups * kChunks / kThreads;
+  static constexpr int kBoxBytes = kTileRows * kBoxRowBytes;
+  static constexpr int kTileBytes = kBoxes * kBoxBytes;  // 16 or 32 KB
+  static constexpr int kStages = 65536 / kTileBytes;     // 4 or 2
+  static constexpr int kSmemBytes = kSmemAlign + kStages * kTileBytes;
   static_assert(kGroups % 8 == 0, "s % 8 == g % 8 needs whole 8-row sets");
+  static_assert(kLanesPerChunk <= 32 && kUnitsPerThread >= 1, "layout");
 };
 
 // Word i of v; i is a constant after unrolling, so no local memory.
@@ -113,13 +128,15 @@ struct TileCoord {
 };
 
 template <int kElemBytes>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     TransposeTmaKernel(const __grid_constant__ CUtensorMap map,
                        void* __restrict__ out_v, int64_t rows, int64_t cols,
                        int64_t tiles_r, int64_t tiles_c, int64_t num_tiles) {
   using G = Geometry<kElemBytes>;
   using T = typename G::T;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kStages = G::kStages;
+  constexpr int kTileBytes = G::kTileBytes;
   __shared__ uint64_t full[kStages];
   const uint32_t base =
       (SharedAddress(smem_raw) + kSmemAlign - 1) & ~uint32_t{kSmemAlign - 1};
@@ -142,9 +159,13 @@ __global__ void __launch_bounds__(kThreads)
     const int s = static_cast<int>(i % kStages);
     const uint32_t bar = SharedAddress(&full[s]);
     MbarArriveExpectTx(bar, kTileBytes);
-    TmaLoad4d(
-        base + s * kTileBytes, &map, static_cast<int>(c.tc * G::kTileCols),
-        static_cast<int>(c.tr * G::kGroups), 0, static_cast<int>(c.b), bar);
+#pragma unroll
+    for (int box = 0; box < kBoxes; ++box) {
+      TmaLoad4d(base + s * kTileBytes + box * G::kBoxBytes, &map,
+                static_cast<int>(c.tc * G::kTileCols + box * G::kBoxCols),
+                static_cast<int>(c.tr * G::kGroups), 0, static_cast<int>(c.b),
+                bar);
+    }
   };
 
   if (tid == 0) {
@@ -166,7 +187,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int r = 0; r < G::kUnitRows; ++r) {
         x[u][r] =
-            tile[(r * G::kGroups + group) * kChunks + (chunk ^ (group % 8))];
+            tile[(chunk / 8) * (G::kBoxBytes / 16) +
+                 (r * G::kGroups + group) * 8 + ((chunk % 8) ^ (group % 8))];
       }
     }
     // Every thread has read stage s: it may be refilled.
@@ -179,7 +201,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < G::kUnitsPerThread; ++u) {
       const int chunk = ChunkOf<kElemBytes>(u, warp, lane);
       const int group = lane % G::kLanesPerChunk;
-      const int64_t r0 = c.tr * kTileRows + group * G::kUnitRows;
+      const int64_t r0 = c.tr * G::kTileRows + group * G::kUnitRows;
       if (r0 >= rows) continue;
 #pragma unroll
       for (int e = 0; e < G::kChunkElems; ++e) {
@@ -203,25 +225,25 @@ absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
                            s.batch};
   const int64_t strides[3] = {G::kUnitRows * s.cols * es, s.cols * es,
                               s.rows * s.cols * es};
-  const int box[4] = {G::kTileCols, G::kGroups, G::kUnitRows, 1};
+  const int box[4] = {G::kBoxCols, G::kGroups, G::kUnitRows, 1};
   CUtensorMap map;
   COALESCE_RETURN_IF_ERROR(EncodeTensorMap(
       &map,
       kElemBytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
                       : CU_TENSOR_MAP_DATA_TYPE_UINT16,
       in, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, kName));
-  const int64_t tiles_r = CeilDiv(s.rows, kTileRows);
+  const int64_t tiles_r = CeilDiv(s.rows, G::kTileRows);
   const int64_t tiles_c = CeilDiv(s.cols, G::kTileCols);
   const int64_t num_tiles = s.batch * tiles_r * tiles_c;
   auto* kernel = TransposeTmaKernel<kElemBytes>;
   COALESCE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes));
   const dim3 block(kThreads);
   const dim3 grid(static_cast<unsigned>(
-      PersistentGrid(kernel, kThreads, kSmemBytes, ctx, num_tiles)));
-  kernel<<<grid, block, kSmemBytes, StreamOf(ctx)>>>(
+      PersistentGrid(kernel, kThreads, G::kSmemBytes, ctx, num_tiles)));
+  kernel<<<grid, block, G::kSmemBytes, StreamOf(ctx)>>>(
       map, out, s.rows, s.cols, tiles_r, tiles_c, num_tiles);
-  RecordLaunch(kernel, grid, block, kSmemBytes, ctx);
+  RecordLaunch(kernel, grid, block, G::kSmemBytes, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
@@ -229,8 +251,9 @@ absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
 }  // namespace
 
 Vec16Tile TmaTileOf(const TransposeShape& s) {
-  return {kTileRows,
-          s.elem_bytes == 4 ? Geometry<4>::kTileCols : Geometry<2>::kTileCols};
+  return s.elem_bytes == 4
+             ? Vec16Tile{Geometry<4>::kTileRows, Geometry<4>::kTileCols}
+             : Vec16Tile{Geometry<2>::kTileRows, Geometry<2>::kTileCols};
 }
 
 absl::Status LaunchTransposeTma(const TransposeShape& s, const void* in,

@@ -33,8 +33,9 @@ KernelDoc DocOf(TransposeKernel k) {
               "types, twice the bytes in flight per thread"};
     case TransposeKernel::kTma:
       return {"tma",
-              "vec16's 16-byte accesses with each tile read by the tensor "
-              "memory accelerator: persistent blocks, 4 tiles in flight"};
+              "256-byte tiles read by the tensor memory accelerator (swizzled "
+              "4-D boxes), 64 KB in flight per persistent block, 16-byte "
+              "stores"};
     case TransposeKernel::kSmallDim:
       return {"small_dim",
               "one side <= 16: a contiguous run on one side, short runs on "

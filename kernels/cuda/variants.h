@@ -8,7 +8,8 @@
 
 namespace coalesce::cuda {
 
-// transpose.cuda.{naive,smem_tiled,smem_padded,vec16,vec16_wide,small_dim}
+// transpose.cuda.{naive,smem_tiled,smem_padded,vec16,vec16_wide,tma,
+// small_dim}
 std::unique_ptr<KernelVariant> MakeTransposeVariant(TransposeKernel k);
 
 // convert_layout.cuda.{naive,tiled}: any permutation.
