@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -130,15 +131,21 @@ absl::StatusOr<TunedShape> TuneRequest(Client& client, Message& request,
 absl::Status WriteTable(const std::vector<TunedShape>& shapes,
                         const std::string& path) {
   if (shapes.empty()) return absl::InvalidArgumentError("no shape was tuned");
-  // The key ends with "|<device name>|<cc>|<variant set version>".
-  std::vector<std::string> parts = absl::StrSplit(shapes[0].key, '|');
-  if (parts.size() < 4) {
-    return absl::InternalError(
-        absl::StrCat("unexpected selection key '", shapes[0].key, "'"));
+  // A key is "<op>|...|<device name>|<cc>|<the op's variant set version>".
+  std::string device;
+  std::map<std::string, std::string> versions;  // op -> version
+  for (const TunedShape& s : shapes) {
+    std::vector<std::string> parts = absl::StrSplit(s.key, '|');
+    if (parts.size() < 4) {
+      return absl::InternalError(
+          absl::StrCat("unexpected selection key '", s.key, "'"));
+    }
+    const size_t n = parts.size();
+    device = absl::StrCat(parts[n - 3], "|", parts[n - 2]);
+    versions[parts[0]] = parts[n - 1];
   }
-  const size_t n = parts.size();
   TuningStore table(
-      {"any", absl::StrCat(parts[n - 3], "|", parts[n - 2]), parts[n - 1]});
+      {"any", device, absl::StrJoin(versions, ",", absl::PairFormatter("="))});
   int within = 0;
   std::vector<std::string> worst;
   std::vector<std::pair<double, std::string>> ratios;

@@ -139,8 +139,11 @@ if has tune; then
       echo "$1 $op: $(grep 'within 10%' "$out/tune-$1-$op.txt")"
     done
     echo "$1: $((SECONDS - t0)) s"
-    # One table file: the first's header, every file's entries.
-    head -n 4 "$out/table-$1-$first.txt" >"$out/table-$1.txt"
+    # One table file: the first's header with every file's variants
+    # (each op's variant set version), every file's entries.
+    head -n 3 "$out/table-$1-$first.txt" >"$out/table-$1.txt"
+    echo "variants $(for op in $ops; do sed -n 's/^variants //p' \
+      "$out/table-$1-$op.txt"; done | paste -sd,)" >>"$out/table-$1.txt"
     for op in $ops; do
       grep '^entry ' "$out/table-$1-$op.txt" >>"$out/table-$1.txt"
     done

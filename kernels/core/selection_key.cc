@@ -69,10 +69,11 @@ std::string DeviceKey(const DeviceInfo& d) {
   return absl::StrCat(d.name, "|", d.cc_major, ".", d.cc_minor);
 }
 
-std::string VariantSetVersion(const VariantRegistry& r) {
+std::string VariantSetVersion(const VariantRegistry& r, OpKind op) {
   // FNV-1a over the names in registration order.
   uint64_t h = 1469598103934665603ULL;
   for (const KernelVariant* v : r.All()) {
+    if (v->op() != op) continue;
     for (char ch : v->name()) {
       h ^= static_cast<unsigned char>(ch);
       h *= 1099511628211ULL;
@@ -81,6 +82,15 @@ std::string VariantSetVersion(const VariantRegistry& r) {
     h *= 1099511628211ULL;
   }
   return absl::StrFormat("v%08x", static_cast<uint32_t>(h ^ (h >> 32)));
+}
+
+std::string VariantSetVersions(const VariantRegistry& r) {
+  std::string out;
+  for (OpKind op : kAllOps) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", OpName(op), "=",
+                    VariantSetVersion(r, op));
+  }
+  return out;
 }
 
 std::string SelectionKey(const Problem& p, const DeviceInfo& d,

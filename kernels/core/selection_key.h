@@ -2,7 +2,7 @@
 // that one tuning result serves every request that would choose alike. The
 // shape is reduced per op (log2 buckets of the sizes that set the cost, and
 // the alignment classes that decide which variants are eligible), joined
-// with the device's name and compute capability and a version of the
+// with the device's name and compute capability and a version of the op's
 // variant set. Pure functions; thread-safe.
 #pragma once
 
@@ -22,11 +22,17 @@ std::string ShapeKey(const Problem& p);
 // the same name.
 std::string DeviceKey(const DeviceInfo& d);
 
-// A short hash of every registered variant name: adding, removing or
-// renaming a variant invalidates tuned choices.
-std::string VariantSetVersion(const VariantRegistry& r);
+// A short hash of the names of op's registered variants, in registration
+// order: adding, removing or renaming one of them invalidates the tuned
+// choices for that op, and only for it (a new transpose variant leaves the
+// GEMM entries of a shipped table valid).
+std::string VariantSetVersion(const VariantRegistry& r, OpKind op);
 
-// ShapeKey|DeviceKey|VariantSetVersion.
+// Every op's version, "transpose=v...,gemm=v...,...": what a tuning file
+// records of the build that wrote it.
+std::string VariantSetVersions(const VariantRegistry& r);
+
+// ShapeKey|DeviceKey|VariantSetVersion of p's op.
 std::string SelectionKey(const Problem& p, const DeviceInfo& d,
                          absl::string_view variant_set_version);
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/core/selection_key.h"
@@ -43,9 +45,14 @@ bool ParseAutotuneMode(absl::string_view s, AutotuneMode* out) {
 Selector::Selector(Backend* backend, SelectorOptions options)
     : backend_(backend),
       opts_(std::move(options)),
-      variant_set_(VariantSetVersion(backend->registry())),
-      cache_({opts_.build_id, DeviceKey(backend->device()), variant_set_}),
-      table_({"any", DeviceKey(backend->device()), variant_set_}) {
+      cache_({opts_.build_id, DeviceKey(backend->device()),
+              VariantSetVersions(backend->registry())}),
+      table_({"any", DeviceKey(backend->device()),
+              VariantSetVersions(backend->registry())}) {
+  for (OpKind op : kAllOps) {
+    op_versions_[static_cast<int>(op)] =
+        VariantSetVersion(backend->registry(), op);
+  }
   if (opts_.autotune == AutotuneMode::kOnMiss) {
     tuner_ = std::thread([this] { TunerLoop(); });
   }
@@ -60,22 +67,49 @@ Selector::~Selector() {
 }
 
 void Selector::Init(std::vector<std::string>* warnings) {
-  if (!opts_.table_path.empty()) {
-    absl::Status s = table_.Load(opts_.table_path);
+  for (auto [path, store, what] :
+       {std::make_tuple(&opts_.table_path, &table_, "tuning table"),
+        std::make_tuple(&opts_.cache_path, &cache_, "tuning cache")}) {
+    if (path->empty()) continue;
+    absl::Status s = store->Load(*path);
     if (!s.ok()) {
-      warnings->push_back(absl::StrCat("tuning table ignored: ", s.message()));
+      warnings->push_back(absl::StrCat(what, " ignored: ", s.message()));
+      continue;
     }
-  }
-  if (!opts_.cache_path.empty()) {
-    absl::Status s = cache_.Load(opts_.cache_path);
-    if (!s.ok()) {
-      warnings->push_back(absl::StrCat("tuning cache ignored: ", s.message()));
+    std::string ops;
+    if (const size_t stale = StaleEntries(*store, &ops); stale > 0) {
+      warnings->push_back(
+          absl::StrCat(what, ": ", stale, " of ", store->size(),
+                       " entries were measured against another set of ", ops,
+                       " variants and are not used (re-tune those ops)"));
     }
   }
 }
 
 std::string Selector::KeyOf(const Problem& p) const {
-  return SelectionKey(p, backend_->device(), variant_set_);
+  return SelectionKey(p, backend_->device(),
+                      op_versions_[static_cast<int>(OpOf(p))]);
+}
+
+size_t Selector::StaleEntries(const TuningStore& s, std::string* ops) const {
+  size_t stale = 0;
+  for (const std::string& k : s.Keys()) {
+    const absl::string_view key = k;
+    const absl::string_view op_name = key.substr(0, key.find('|'));
+    const absl::string_view version = key.substr(key.rfind('|') + 1);
+    bool live = false;
+    for (OpKind op : kAllOps) {
+      if (OpName(op) == op_name) {
+        live = version == op_versions_[static_cast<int>(op)];
+      }
+    }
+    if (live) continue;
+    ++stale;
+    if (!absl::StrContains(*ops, op_name)) {
+      absl::StrAppend(ops, ops->empty() ? "" : ", ", op_name);
+    }
+  }
+  return stale;
 }
 
 std::shared_ptr<const TunedChoice> Selector::Lookup(

@@ -17,7 +17,9 @@
 // Thread-safe; Select on a cache hit takes a shared lock and no tuning.
 #pragma once
 
+#include <array>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <string>
@@ -101,13 +103,18 @@ class Selector {
   absl::StatusOr<TunedChoice> TimeVariants(const Problem& p,
                                            const BenchmarkOptions& opts,
                                            double budget_seconds);
+  // Entries of s measured against another variant set of their op (their
+  // keys can never match); the ops concerned in *ops.
+  size_t StaleEntries(const TuningStore& s, std::string* ops) const;
   bool BeginTuning(const std::string& key);
   void EndTuning(const std::string& key);
   void TunerLoop();
 
   Backend* backend_;
   SelectorOptions opts_;
-  std::string variant_set_;
+  // VariantSetVersion of each op, indexed by OpKind: the last field of
+  // the op's keys.
+  std::array<std::string, std::size(kAllOps)> op_versions_;
   TuningStore cache_;
   TuningStore table_;
 

@@ -37,6 +37,14 @@ size_t TuningStore::size() const {
   return entries_.size();
 }
 
+std::vector<std::string> TuningStore::Keys() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<std::string> keys;
+  keys.reserve(entries_.size());
+  for (const auto& [key, c] : entries_) keys.push_back(key);
+  return keys;
+}
+
 std::string TuningStore::Serialize() const {
   std::string out =
       absl::StrCat(kMagic, "\nbuild ", id_.build, "\ndevice ", id_.device,
@@ -84,10 +92,6 @@ absl::Status TuningStore::Parse(absl::string_view text) {
   if (device != id_.device) {
     return absl::FailedPreconditionError(absl::StrCat(
         "measured on '", device, "', this device is '", id_.device, "'"));
-  }
-  if (variants != id_.variant_set) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "variant set ", variants, ", this build has ", id_.variant_set));
   }
   std::map<std::string, std::shared_ptr<const TunedChoice>> parsed;
   for (size_t i = 4; i < lines.size(); ++i) {

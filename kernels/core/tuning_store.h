@@ -6,13 +6,16 @@
 //   coalesce-tuning 1
 //   build <git sha, or "any" for a shipped table>
 //   device <DeviceKey>
-//   variants <VariantSetVersion>
+//   variants <VariantSetVersions of the writer>
 //   entry <key> TAB <winner> TAB <seconds> TAB <name>=<seconds>,...
 //
-// A file whose header does not match this build (cache only), device or
-// variant set is foreign and is ignored whole; so is one with a malformed
-// line. Lookups are lock-shared and allocation-free (entries are immutable
-// and shared); thread-safe.
+// A file whose header does not match this build (cache only) or device is
+// foreign and is ignored whole; so is one with a malformed line. The
+// variants line is a record, not a check: every key ends with its op's
+// VariantSetVersion, so the entries of an op whose variants changed no
+// longer match a lookup while the other ops' stay valid. Lookups are
+// lock-shared and allocation-free (entries are immutable and shared);
+// thread-safe.
 #pragma once
 
 #include <map>
@@ -37,7 +40,7 @@ struct TunedChoice {
 struct TuningIdentity {
   std::string build;  // "any": valid for every build (shipped tables)
   std::string device;
-  std::string variant_set;
+  std::string variant_set;  // written to the variants line, not checked
 };
 
 class TuningStore {
@@ -47,6 +50,7 @@ class TuningStore {
   std::shared_ptr<const TunedChoice> Lookup(const std::string& key) const;
   void Put(const std::string& key, TunedChoice choice);
   size_t size() const;
+  std::vector<std::string> Keys() const;
   const TuningIdentity& identity() const { return id_; }
 
   // The file's text, and its parse: Parse leaves the store unchanged and

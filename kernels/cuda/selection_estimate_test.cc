@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/core/select.h"
+#include "kernels/core/selection_key.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/testing/conformance.h"
 
@@ -160,6 +161,40 @@ TEST_F(SelectionEstimate, Float32GemmsAgreeWithTheShippedTable) {
   });
   EXPECT_GE(good, 0.85 * entries.size())
       << good << " of " << entries.size() << " within 10%";
+}
+
+// The shipped table is live for this build: every entry's key ends with its
+// op's current variant set version (else the server would skip it with a
+// warning) and names only registered variants. Adding, removing or renaming
+// a variant of an op fails here until that op is re-swept (scripts/
+// gpu-check.sh OUT tune) or its entries are taken out of the table.
+TEST_F(SelectionEstimate, ShippedTableMatchesTheRegisteredVariants) {
+  std::ifstream in(COALESCE_H200_TABLE);
+  ASSERT_TRUE(in) << COALESCE_H200_TABLE;
+  std::string line;
+  int entries = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("entry ", 0) != 0) continue;
+    ++entries;
+    const std::vector<std::string> cols = absl::StrSplit(line.substr(6), '\t');
+    ASSERT_EQ(cols.size(), 4u) << line;
+    const std::vector<std::string> key = absl::StrSplit(cols[0], '|');
+    bool known_op = false;
+    for (OpKind op : kAllOps) {
+      if (OpName(op) != key.front()) continue;
+      known_op = true;
+      EXPECT_EQ(key.back(), VariantSetVersion(registry_, op))
+          << OpName(op)
+          << " entries predate a change to its variants: " << cols[0];
+    }
+    EXPECT_TRUE(known_op) << line;
+    EXPECT_NE(registry_.Find(cols[1]), nullptr) << cols[1];
+    for (absl::string_view kv : absl::StrSplit(cols[3], ',')) {
+      const std::string name(kv.substr(0, kv.find('=')));
+      EXPECT_NE(registry_.Find(name), nullptr) << name << " in " << cols[0];
+    }
+  }
+  EXPECT_GE(entries, 100);
 }
 
 // Shapes of the H200 selection sweep (RandomShapes("gemm", 200, seed,
