@@ -122,54 +122,40 @@ TEST_F(SelectorTest, HeuristicThenTunedCache) {
   EXPECT_EQ(forced->source, "forced");
 }
 
-TEST_F(SelectorTest, TableAnswersWhenTheCacheHasNothing) {
+// The table answers when the cache has nothing. Keys carry their op's
+// variant set version: entries of an op whose variants changed are
+// reported and never match, while the other ops' entries still serve.
+TEST_F(SelectorTest, TableAnswersAndItsEntriesOfAChangedOpAreReported) {
   const std::string path = TempPath("table");
   const Problem p = Transpose(256, 256);
-  TuningStore table({"any", DeviceKey(backend_->device()),
-                     VariantSetVersions(backend_->registry())});
-  Selector probe(backend_.get(), Options());
-  table.Put(probe.KeyOf(p),
-            {"transpose.cpu.naive", 1e-6, {{"transpose.cpu.naive", 1e-6}}});
-  ASSERT_TRUE(table.Save(path).ok());
-  SelectorOptions o = Options();
-  o.table_path = path;
-  Selector s(backend_.get(), o);
-  std::vector<std::string> warnings;
-  s.Init(&warnings);
-  EXPECT_TRUE(warnings.empty());
-  absl::StatusOr<Selection> sel = s.Select(p, "");
-  ASSERT_TRUE(sel.ok());
-  EXPECT_EQ(sel->source, "table");
-  EXPECT_EQ(sel->variant->name(), "transpose.cpu.naive");
-  std::remove(path.c_str());
-}
-
-// Keys carry their op's variant set version: entries of an op whose
-// variants changed are reported and never match, the others still serve.
-TEST_F(SelectorTest, EntriesOfAChangedOpAreReportedAndTheRestServe) {
-  const std::string path = TempPath("stale");
-  const Problem p = Transpose(256, 256);
   Selector probe(backend_.get(), Options());
   TuningStore table({"any", DeviceKey(backend_->device()),
                      VariantSetVersions(backend_->registry())});
   table.Put(probe.KeyOf(p),
             {"transpose.cpu.naive", 1e-6, {{"transpose.cpu.naive", 1e-6}}});
+  const auto check = [&](size_t expected_warnings) {
+    ASSERT_TRUE(table.Save(path).ok());
+    SelectorOptions o = Options();
+    o.table_path = path;
+    Selector s(backend_.get(), o);
+    std::vector<std::string> warnings;
+    s.Init(&warnings);
+    ASSERT_EQ(warnings.size(), expected_warnings);
+    if (expected_warnings > 0) {
+      EXPECT_TRUE(absl::StrContains(warnings[0], "1 of 2")) << warnings[0];
+      EXPECT_TRUE(absl::StrContains(warnings[0], "gemm")) << warnings[0];
+      EXPECT_FALSE(absl::StrContains(warnings[0], "transpose")) << warnings[0];
+    }
+    absl::StatusOr<Selection> sel = s.Select(p, "");
+    ASSERT_TRUE(sel.ok());
+    EXPECT_EQ(sel->source, "table");
+    EXPECT_EQ(sel->variant->name(), "transpose.cpu.naive");
+  };
+  check(0);
   table.Put(absl::StrCat("gemm|float32|b0|m6|n6|k6|",
                          DeviceKey(backend_->device()), "|v00000000"),
             {"gemm.cpu.naive", 1e-6, {{"gemm.cpu.naive", 1e-6}}});
-  ASSERT_TRUE(table.Save(path).ok());
-  SelectorOptions o = Options();
-  o.table_path = path;
-  Selector s(backend_.get(), o);
-  std::vector<std::string> warnings;
-  s.Init(&warnings);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_TRUE(absl::StrContains(warnings[0], "1 of 2")) << warnings[0];
-  EXPECT_TRUE(absl::StrContains(warnings[0], "gemm")) << warnings[0];
-  EXPECT_FALSE(absl::StrContains(warnings[0], "transpose")) << warnings[0];
-  absl::StatusOr<Selection> sel = s.Select(p, "");
-  ASSERT_TRUE(sel.ok());
-  EXPECT_EQ(sel->source, "table");
+  check(1);
   std::remove(path.c_str());
 }
 
