@@ -438,9 +438,16 @@ TEST_F(E2eTest, ExplainNamesTheChoiceAndTuneWritesATable) {
   EXPECT_THAT(t.out, HasSubstr("wrote 4 entries")) << t;
   EXPECT_THAT(t.out, HasSubstr("within 10% of the fastest")) << t;
   std::ifstream in(table);
-  std::string first;
+  std::string first, build, device, variants;
   std::getline(in, first);
   EXPECT_EQ(first, "coalesce-tuning 1");
+  std::getline(in, build);
+  std::getline(in, device);
+  std::getline(in, variants);
+  // The ops the table holds, each with its own variant set version.
+  EXPECT_THAT(variants,
+              testing::MatchesRegex("variants transpose=v[0-9a-f]{8}"))
+      << variants;
   EXPECT_EQ(Cli({"tune", "transpose", "--shapes=8,8"}).exit_code, 2)
       << "--out is required";
 }
