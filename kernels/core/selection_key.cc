@@ -98,4 +98,16 @@ std::string SelectionKey(const Problem& p, const DeviceInfo& d,
   return absl::StrCat(ShapeKey(p), "|", DeviceKey(d), "|", variant_set_version);
 }
 
+std::optional<OpKind> OpOfKey(absl::string_view key) {
+  const absl::string_view name = key.substr(0, key.find('|'));
+  for (OpKind op : kAllOps) {
+    if (OpName(op) == name) return op;
+  }
+  return std::nullopt;
+}
+
+absl::string_view VersionOfKey(absl::string_view key) {
+  return key.substr(key.rfind('|') + 1);
+}
+
 }  // namespace coalesce

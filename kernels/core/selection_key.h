@@ -6,6 +6,7 @@
 // variant set. Pure functions; thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -35,6 +36,11 @@ std::string VariantSetVersions(const VariantRegistry& r);
 // ShapeKey|DeviceKey|VariantSetVersion of p's op.
 std::string SelectionKey(const Problem& p, const DeviceInfo& d,
                          absl::string_view variant_set_version);
+
+// A SelectionKey's op (its first field; nullopt if it names none) and its
+// op's variant set version (its last field).
+std::optional<OpKind> OpOfKey(absl::string_view key);
+absl::string_view VersionOfKey(absl::string_view key);
 
 // ceil(log2(x)) for x >= 1: the bucket of a size.
 int Log2Bucket(int64_t x);

@@ -93,18 +93,15 @@ std::string Selector::KeyOf(const Problem& p) const {
 
 size_t Selector::StaleEntries(const TuningStore& s, std::string* ops) const {
   size_t stale = 0;
-  for (const std::string& k : s.Keys()) {
-    const absl::string_view key = k;
-    const absl::string_view op_name = key.substr(0, key.find('|'));
-    const absl::string_view version = key.substr(key.rfind('|') + 1);
-    bool live = false;
-    for (OpKind op : kAllOps) {
-      if (OpName(op) == op_name) {
-        live = version == op_versions_[static_cast<int>(op)];
-      }
+  for (const std::string& key : s.Keys()) {
+    const std::optional<OpKind> op = OpOfKey(key);
+    if (op.has_value() &&
+        VersionOfKey(key) == op_versions_[static_cast<int>(*op)]) {
+      continue;
     }
-    if (live) continue;
     ++stale;
+    const absl::string_view op_name =
+        absl::string_view(key).substr(0, key.find('|'));
     if (!absl::StrContains(*ops, op_name)) {
       absl::StrAppend(ops, ops->empty() ? "" : ", ", op_name);
     }

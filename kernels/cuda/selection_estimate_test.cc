@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "kernels/core/select.h"
 #include "kernels/core/selection_key.h"
+#include "kernels/core/tuning_store.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/testing/conformance.h"
 
@@ -169,32 +172,24 @@ TEST_F(SelectionEstimate, Float32GemmsAgreeWithTheShippedTable) {
 // a variant of an op fails here until that op is re-swept (scripts/
 // gpu-check.sh OUT tune) or its entries are taken out of the table.
 TEST_F(SelectionEstimate, ShippedTableMatchesTheRegisteredVariants) {
-  std::ifstream in(COALESCE_H200_TABLE);
-  ASSERT_TRUE(in) << COALESCE_H200_TABLE;
-  std::string line;
-  int entries = 0;
-  while (std::getline(in, line)) {
-    if (line.rfind("entry ", 0) != 0) continue;
-    ++entries;
-    const std::vector<std::string> cols = absl::StrSplit(line.substr(6), '\t');
-    ASSERT_EQ(cols.size(), 4u) << line;
-    const std::vector<std::string> key = absl::StrSplit(cols[0], '|');
-    bool known_op = false;
-    for (OpKind op : kAllOps) {
-      if (OpName(op) != key.front()) continue;
-      known_op = true;
-      EXPECT_EQ(key.back(), VariantSetVersion(registry_, op))
-          << OpName(op)
-          << " entries predate a change to its variants: " << cols[0];
+  TuningStore table({"any", DeviceKey(H200()), ""});
+  ASSERT_TRUE(table.Load(COALESCE_H200_TABLE).ok()) << COALESCE_H200_TABLE;
+  const std::vector<std::string> keys = table.Keys();
+  EXPECT_GE(keys.size(), 100u);
+  for (const std::string& key : keys) {
+    const std::optional<OpKind> op = OpOfKey(key);
+    EXPECT_TRUE(op.has_value()) << key;
+    if (op.has_value()) {
+      EXPECT_EQ(VersionOfKey(key), VariantSetVersion(registry_, *op))
+          << OpName(*op)
+          << " entries predate a change to its variants: " << key;
     }
-    EXPECT_TRUE(known_op) << line;
-    EXPECT_NE(registry_.Find(cols[1]), nullptr) << cols[1];
-    for (absl::string_view kv : absl::StrSplit(cols[3], ',')) {
-      const std::string name(kv.substr(0, kv.find('=')));
-      EXPECT_NE(registry_.Find(name), nullptr) << name << " in " << cols[0];
+    const std::shared_ptr<const TunedChoice> c = table.Lookup(key);
+    EXPECT_NE(registry_.Find(c->winner), nullptr) << c->winner;
+    for (const auto& [name, seconds] : c->measured) {
+      EXPECT_NE(registry_.Find(name), nullptr) << name << " in " << key;
     }
   }
-  EXPECT_GE(entries, 100);
 }
 
 // Shapes of the H200 selection sweep (RandomShapes("gemm", 200, seed,
