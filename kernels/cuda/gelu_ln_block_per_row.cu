@@ -86,8 +86,8 @@ constexpr int ThreadsFor(int64_t capacity, int pack, bool vector) {
 // kernel stalled on memory latency most of the time at 4 blocks per SM:
 // every block idled the memory system from its last load to its next row.
 // The prefetched row costs registers (8 per slot), so these instances ask
-// for fewer resident threads per SM than 1024: 512 for float32 (ptxas: 78
-// to 84 registers), 768 for 16-bit types (80 registers; left to 512 ptxas
+// for fewer resident threads per SM than 1024: 512 for float32 (ptxas: 56
+// to 90 registers), 768 for 16-bit types (80 registers; left to 512 ptxas
 // took 111-113 and 2 or 4 fewer warps stayed resident, and the H200 ran
 // [8192,4096] float16 at 0.80 of the copy peak against 0.85 at 768,
 // bench/results/h200/ab-gelu/). 1024-thread blocks cannot spare the
