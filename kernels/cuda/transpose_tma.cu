@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/core/status_macros.h"
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -261,7 +262,7 @@ absl::Status LaunchTransposeTma(const TransposeShape& s, const void* in,
   if (reinterpret_cast<uintptr_t>(in) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(out) % 16 != 0) {
     return absl::InvalidArgumentError(
-        "transpose.cuda.tma: operands must be 16-byte aligned");
+        absl::StrCat(kName, ": operands must be 16-byte aligned"));
   }
   return s.elem_bytes == 4 ? LaunchTmaTyped<4>(s, in, out, ctx)
                            : LaunchTmaTyped<2>(s, in, out, ctx);
