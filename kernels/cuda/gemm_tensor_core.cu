@@ -492,11 +492,7 @@ absl::Status LaunchTensorCore(const GemmParams& g, dim3 grid,
                               ExecContext& ctx) {
   constexpr int kBytes = Smem<T, kTransA, kTransB>::kBytes;
   auto* kernel = GemmTensorCoreKernel<T, kTransA, kTransB>;
-  // Above the default 48 KB a block needs the opt-in limit raised; the
-  // attribute is per device context, so it is set on every launch (a host
-  // call, legal during stream capture).
-  COALESCE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  COALESCE_RETURN_IF_ERROR(AllowDynamicSharedMemory(kernel, kBytes));
   const dim3 block(kThreads);
   kernel<<<grid, block, kBytes, StreamOf(ctx)>>>(g);
   RecordLaunch(kernel, grid, block, kBytes, ctx);

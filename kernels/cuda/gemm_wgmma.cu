@@ -354,8 +354,7 @@ absl::Status LaunchWgmma(const GemmProblem& p, const GemmParams& g, dim3 grid,
                     kTransB ? p.k : p.n, g.stride_b != 0 ? entries : 1,
                     g.stride_b, kBoxInner, kTransB ? kBN : kBK));
   auto* kernel = GemmWgmmaKernel<T, kTransA, kTransB>;
-  COALESCE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  COALESCE_RETURN_IF_ERROR(AllowDynamicSharedMemory(kernel, kSmemBytes));
   const dim3 block(kThreads);
   kernel<<<grid, block, kSmemBytes, StreamOf(ctx)>>>(map_a, map_b, g);
   RecordLaunch(kernel, grid, block, kSmemBytes, ctx);

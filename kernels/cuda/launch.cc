@@ -5,6 +5,9 @@
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <utility>
+
+#include "kernels/cuda/cuda_check.h"
 
 namespace coalesce::cuda {
 namespace {
@@ -56,6 +59,23 @@ bool FirstLaunch(const void* func) {
 }
 
 }  // namespace
+
+absl::Status AllowDynamicSharedMemory(const void* func, size_t smem_bytes) {
+  if (smem_bytes == 0) return absl::OkStatus();
+  int device = 0;
+  COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t>* allowed =
+      new std::map<std::pair<const void*, int>, size_t>();
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& set = (*allowed)[{func, device}];
+  if (set >= smem_bytes) return absl::OkStatus();
+  COALESCE_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem_bytes)));
+  set = smem_bytes;
+  return absl::OkStatus();
+}
 
 int64_t PersistentGrid(const void* func, int threads, size_t smem_bytes,
                        const ExecContext& ctx, int64_t max_blocks) {

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "absl/status/status.h"
 #include "kernels/core/variant.h"
 
 namespace coalesce::cuda {
@@ -35,6 +36,21 @@ int64_t PersistentGrid(Kernel* func, int threads, size_t smem_bytes,
                        const ExecContext& ctx, int64_t max_blocks) {
   return PersistentGrid(reinterpret_cast<const void*>(func), threads,
                         smem_bytes, ctx, max_blocks);
+}
+
+// Lets func take smem_bytes of dynamic shared memory per block on the
+// current device. Past 48 KB per block, static and dynamic together, a
+// launch needs the opt-in attribute, which is per device; it is set once
+// per (function, device) and raised only when a launch asks for more than
+// was set before, where the variants called the driver on every launch.
+// (Skipping it up to 48 KB of dynamic memory alone failed on the H200:
+// 48 KB plus 64 static bytes is past the default.)
+absl::Status AllowDynamicSharedMemory(const void* func, size_t smem_bytes);
+
+template <typename Kernel>
+absl::Status AllowDynamicSharedMemory(Kernel* func, size_t smem_bytes) {
+  return AllowDynamicSharedMemory(reinterpret_cast<const void*>(func),
+                                  smem_bytes);
 }
 
 inline cudaStream_t StreamOf(const ExecContext& ctx) {

@@ -237,8 +237,7 @@ absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
   const int64_t tiles_c = CeilDiv(s.cols, G::kTileCols);
   const int64_t num_tiles = s.batch * tiles_r * tiles_c;
   auto* kernel = TransposeTmaKernel<kElemBytes>;
-  COALESCE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes));
+  COALESCE_RETURN_IF_ERROR(AllowDynamicSharedMemory(kernel, G::kSmemBytes));
   const dim3 block(kThreads);
   const dim3 grid(static_cast<unsigned>(
       PersistentGrid(kernel, kThreads, G::kSmemBytes, ctx, num_tiles)));
