@@ -1,10 +1,10 @@
 // gelu_layer_norm.cuda.block_per_row: one block per row for hidden up to
 // 16384, the row held in registers (16 elements per thread on the vector
 // path), so global memory is read once and written once, with no
-// shared-memory copy of the row and no dynamic shared memory to configure.
-// Mean and variance are two exact block reductions (warp shuffles, then one
-// float per warp in shared memory) over the registers. 16-byte packs where
-// every row is 16-byte aligned, coalesced scalar accesses otherwise.
+// shared-memory copy of the row. Mean and variance are two exact block
+// reductions (warp shuffles, then one float per warp in shared memory) over
+// the registers. 16-byte packs where every row is 16-byte aligned,
+// coalesced scalar accesses otherwise.
 //
 // Threads x slots per thread (slots of 4 float32 or 8 16-bit elements) by
 // row capacity, the smallest that holds the row (see ThreadsFor), and the
@@ -12,21 +12,27 @@
 // tanh where they differ; "p": pipelined (see Pipelined):
 //   capacity         1024      2048      4096     8192     16384
 //   float32 vector   256x1 p   256x2 p   256x4    512x4    1024x4
-//                    56-63     84-90     64       64       64
+//                    52-56     78-82     64       64       64
 //   float32 scalar   256x1     256x2     256x4    512x4    512x8
-//                    47-48     56        90-96    90-96    128
+//                    47-48     64        92-114   92-114   128
 //   16-bit vector    64x2 p    128x2 p   256x2 p  512x2 p  1024x2
-//                    79-80     79-80     80       95-111   54-62
+//                    79-80     79-80     79-80    100-109  55-63
 //   16-bit scalar    -         256x1     256x2    512x2    512x4
-//                              60        90-96    90-96    128
-// No spills, except at 128 registers: 512x8 float32 scalar (rows wider than
-// 8192 that are not 16-byte aligned), 4 to 40 bytes, and 512x4 16-bit
-// scalar, 8 bytes.
-// Static shared memory: two floats per warp (64 to 256 bytes); none dynamic.
+//                              59        96       96       128
+// No spills, except at the register bounds: 512x8 float32 scalar (rows
+// wider than 8192 that are not 16-byte aligned), 8 to 44 bytes; 512x4
+// 16-bit scalar, 8 bytes; and the 16-bit pipelined 64x2 and 128x2 at 80
+// registers, 8 bytes stored and 16 or 24 loaded (with SharedParams; 256x2,
+// which reads bias, gamma and beta through L1, does not spill).
+// Static shared memory: two floats per warp (64 to 256 bytes). Dynamic, in
+// pipelined instances but 16-bit 256x2 (StagesParams): bias, gamma and beta
+// as float32, 3 x 16 bytes per slot and thread, up to 96 KB (16-bit rows of
+// 8192).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
+#include "kernels/core/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gelu_ln_kernels.cuh"
 #include "kernels/cuda/launch.h"
@@ -86,14 +92,30 @@ constexpr int ThreadsFor(int64_t capacity, int pack, bool vector) {
 // kernel stalled on memory latency most of the time at 4 blocks per SM:
 // every block idled the memory system from its last load to its next row.
 // The prefetched row costs registers (8 per slot), so these instances ask
-// for fewer resident threads per SM than 1024: 512 for float32 (ptxas: 56
-// to 90 registers), 768 for 16-bit types (80 registers; left to 512 ptxas
+// for fewer resident threads per SM than 1024: 512 for float32 (ptxas: 52
+// to 82 registers), 768 for 16-bit types (80 registers; left to 512 ptxas
 // took 111-113 and 2 or 4 fewer warps stayed resident, and the H200 ran
 // [8192,4096] float16 at 0.80 of the copy peak against 0.85 at 768,
 // bench/results/h200/ab-gelu/). 1024-thread blocks cannot spare the
 // registers, and float32 at 4 slots per thread spilled at 128.
+// Being persistent, each block also stages bias, gamma and beta once, as
+// float32 in shared memory (gelu_ln::SharedParams; see StagesParams for
+// the exception), where every row read them through L1 and, in 16-bit
+// rows, converted them again: 16-bit rows of 1024, 2048 and 8192 ran 2-5%
+// faster on the H200, float32 the same within 1.5%
+// (bench/results/h200/session7/).
 constexpr bool Pipelined(int threads, int vecs, bool vector) {
   return vector && threads <= 512 && vecs <= 2;
+}
+// Pipelined instances that stage bias, gamma and beta in shared memory
+// (above): all but the 16-bit rows of 4096 (256x2), where the H200 ran
+// staged float16 [8192,4096] at 0.81 of the copy peak against 0.87 read
+// through L1, and bfloat16 at 0.81 against 0.82, in one call
+// (bench/results/h200/session7/gelu-params-once-final/: builds final and
+// sel). Why that instance alone loses is not known: staged, it spills 8
+// bytes at its 80-register bound, but so do 64x2 and 128x2, which gain.
+constexpr bool StagesParams(int threads, int pack) {
+  return !(pack == 8 && threads == 256);
 }
 constexpr int MinThreadsPerSmPipelined(int pack) {
   return pack == 8 ? 768 : 512;
@@ -115,8 +137,16 @@ __global__ void __launch_bounds__(kThreads, MinBlocksFor(kThreads, kVecs,
   const gelu_ln::BlockReducer<kThreads> reduce{partial};
   // Loop bounds are uniform per block, as the barriers require.
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
-    gelu_ln::PipelinedRows<Io, kVecs, kTanh, kThreads>(a, blockIdx.x, gridDim.x,
-                                                       threadIdx.x, reduce);
+    gelu_ln::PipelinedRows<Io, kVecs, kTanh, kThreads>(
+        a, blockIdx.x, gridDim.x, threadIdx.x, reduce, [&] {
+          if constexpr (StagesParams(kThreads, Io::kPack)) {
+            return gelu_ln::SharedParams<Io, kVecs, kThreads>::Stage(
+                a, threadIdx.x);
+          } else {
+            return gelu_ln::GlobalParams<Io, true, kThreads>::Of(a,
+                                                                 threadIdx.x);
+          }
+        });
   } else {
     for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
       gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, kThreads>(
@@ -129,14 +159,20 @@ template <typename Io, int kThreads, int kVecs, bool kVector, bool kTanh>
 absl::Status LaunchBlock(const Args& a, ExecContext& ctx) {
   auto* kernel = GeluLnBlockKernel<Io, kThreads, kVecs, kVector, kTanh>;
   int64_t blocks = a.rows;
+  size_t smem = 0;
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
+    if constexpr (StagesParams(kThreads, Io::kPack)) {
+      smem = gelu_ln::SharedParams<Io, kVecs, kThreads>::kBytes;
+    }
+    // Up to 3 x 32 KB (rows of 8192): past the default 48 KB.
+    COALESCE_RETURN_IF_ERROR(AllowDynamicSharedMemory(kernel, smem));
     // As many blocks as are resident at once, each looping over rows.
-    blocks = PersistentGrid(kernel, kThreads, 0, ctx, a.rows);
+    blocks = PersistentGrid(kernel, kThreads, smem, ctx, a.rows);
   }
   const dim3 block(kThreads);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, 0x7fffffff)));
-  kernel<<<grid, block, 0, StreamOf(ctx)>>>(a);
-  RecordLaunch(kernel, grid, block, 0, ctx);
+  kernel<<<grid, block, smem, StreamOf(ctx)>>>(a);
+  RecordLaunch(kernel, grid, block, smem, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

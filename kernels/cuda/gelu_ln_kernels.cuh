@@ -365,10 +365,105 @@ __device__ __forceinline__ void StoreSlot(typename Io::T* p, int i, int limit,
   }
 }
 
+// Where a row routine reads bias, gamma and beta from, with the values
+// LoadSlot gives past the row (0, 1, 0); whether each is present is Args'.
+// GlobalParams: global memory in the operands' dtype, every row (through
+// L1: they are small and every row reads the same).
+template <typename Io, bool kVector, int kStride>
+struct GlobalParams {
+  const typename Io::T* bias;  // advanced by First(t)
+  const typename Io::T* gamma;
+  const typename Io::T* beta;
+  int limit;  // hidden - First(t)
+  __device__ static GlobalParams Of(const Args& a, int t) {
+    using T = typename Io::T;
+    using L = RowLayout<Io::kPack, kVector, kStride>;
+    const int first = L::First(t);
+    const auto at = [&](const void* p) {
+      return p == nullptr ? nullptr : static_cast<const T*>(p) + first;
+    };
+    return {at(a.bias), at(a.gamma), at(a.beta),
+            static_cast<int>(a.hidden) - first};
+  }
+  __device__ void Bias(int i, float (&v)[Io::kPack]) const {
+    LoadSlot<Io, kVector, kStride>(bias, i, limit, 0.0f, v);
+  }
+  __device__ void Gamma(int i, float (&v)[Io::kPack]) const {
+    LoadSlot<Io, kVector, kStride>(gamma, i, limit, 1.0f, v);
+  }
+  __device__ void Beta(int i, float (&v)[Io::kPack]) const {
+    LoadSlot<Io, kVector, kStride>(beta, i, limit, 0.0f, v);
+  }
+};
+
+// SharedParams (vector layout): float32 copies of this thread's own slots,
+// staged once by a persistent kernel in shared memory, so that each row
+// reads them with 16-byte shared loads and converts nothing, where
+// GlobalParams costs a load and a conversion per element and operand of a
+// 16-bit row. Each thread reads only what it wrote: no barrier. Layout:
+// float4 (operand o, slot i, quarter q, thread t) at ((o * kVecs + i) * kQ
+// + q) * kStride + t, so a warp's loads are 512 contiguous bytes,
+// conflict-free, and every offset but t's is an immediate: one register
+// for all three operands (three generic pointers spilled at 80 registers).
+// The block's dynamic shared memory, where SharedParams stages.
+extern __shared__ float4 staged_params[];
+
+template <typename Io, int kVecs, int kStride>
+struct SharedParams {
+  static constexpr int kQ = Io::kPack / 4;
+  // float4s per operand; room is kept for all three.
+  static constexpr int kPerOperand = kVecs * kQ * kStride;
+  static constexpr size_t kBytes = 3 * kPerOperand * sizeof(float4);
+  int t;  // this thread's index among the kStride
+  enum Operand { kBias = 0, kGamma = 1, kBeta = 2 };
+
+  __device__ static SharedParams Stage(const Args& a, int t) {
+    float4* smem = staged_params;
+    const auto g = GlobalParams<Io, true, kStride>::Of(a, t);
+    const auto stage = [&](Operand o, const void* present, auto&& load) {
+      if (present == nullptr) return;
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        float v[Io::kPack];
+        load(i, v);
+#pragma unroll
+        for (int q = 0; q < kQ; ++q) {
+          smem[t + ((o * kVecs + i) * kQ + q) * kStride] =
+              make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+        }
+      }
+    };
+    stage(kBias, a.bias, [&](int i, auto& v) { g.Bias(i, v); });
+    stage(kGamma, a.gamma, [&](int i, auto& v) { g.Gamma(i, v); });
+    stage(kBeta, a.beta, [&](int i, auto& v) { g.Beta(i, v); });
+    return {t};
+  }
+  __device__ void Read(Operand o, int i, float (&v)[Io::kPack]) const {
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+      const float4 f = staged_params[t + ((o * kVecs + i) * kQ + q) * kStride];
+      v[4 * q] = f.x;
+      v[4 * q + 1] = f.y;
+      v[4 * q + 2] = f.z;
+      v[4 * q + 3] = f.w;
+    }
+  }
+  __device__ void Bias(int i, float (&v)[Io::kPack]) const {
+    Read(kBias, i, v);
+  }
+  __device__ void Gamma(int i, float (&v)[Io::kPack]) const {
+    Read(kGamma, i, v);
+  }
+  __device__ void Beta(int i, float (&v)[Io::kPack]) const {
+    Read(kBeta, i, v);
+  }
+};
+
 // One row of the fused op by kStride cooperating threads (t is this thread's
 // index among them), the row held in registers: global memory is read once
-// (x, residual; bias, gamma and beta are small and come from cache) and
-// written once (y, and h when requested). Mean and variance are two exact
+// (x, residual; bias, gamma and beta are small and come from L1 or shared
+// memory through params, a GlobalParams or SharedParams) and written once
+// (y, and h when requested). Mean and variance are two exact
 // passes over the registers, never E[h^2] - E[h]^2, which cancels for rows
 // whose mean is large against their spread. reduce.Sum(v, buffer) sums over
 // the kStride threads. Requires hidden <= kVecs * kPack * kStride.
@@ -379,11 +474,11 @@ __device__ __forceinline__ void StoreSlot(typename Io::T* p, int i, int limit,
 // next row's loads there, so that they fly during this row's barriers,
 // normalization and stores.
 template <typename Io, int kVecs, bool kVector, bool kTanh, int kStride,
-          typename Reducer, typename Prefetch>
+          typename Reducer, typename Params, typename Prefetch>
 __device__ __forceinline__ void GeluLnRowFrom(
     const Args& a, int64_t row, int t, float (&v)[kVecs][Io::kPack],
     const float (&r)[kVecs][Io::kPack], const Reducer& reduce,
-    Prefetch&& prefetch) {
+    const Params& params, Prefetch&& prefetch) {
   using T = typename Io::T;
   constexpr int kPack = Io::kPack;
   using L = RowLayout<kPack, kVector, kStride>;
@@ -391,18 +486,15 @@ __device__ __forceinline__ void GeluLnRowFrom(
   const int first = L::First(t);
   const int limit = hidden - first;  // <= 0 when t holds nothing
   const int64_t offset = row * a.hidden + first;
-  const T* bias = static_cast<const T*>(a.bias);
-  const T* gamma = static_cast<const T*>(a.gamma);
-  const T* beta = static_cast<const T*>(a.beta);
 
   // h = gelu(x + bias) + residual; elements past the row stay exactly 0
   // (x, bias and residual read as 0 there, and gelu(0) = 0), so the loop
   // needs no bounds test: with one, ptxas split it into a branch per slot.
-  if (bias != nullptr) {
+  if (a.bias != nullptr) {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       float b[kPack];
-      LoadSlot<Io, kVector, kStride>(bias + first, i, limit, 0.0f, b);
+      params.Bias(i, b);
 #pragma unroll
       for (int k = 0; k < kPack; ++k) v[i][k] += b[k];
     }
@@ -451,28 +543,28 @@ __device__ __forceinline__ void GeluLnRowFrom(
     for (int k = 0; k < kPack; ++k) v[i][k] *= rstd;
   }
   // y = n gamma + beta, one FMA where both are present.
-  if (gamma != nullptr && beta != nullptr) {
+  if (a.gamma != nullptr && a.beta != nullptr) {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       float g[kPack], b[kPack];
-      LoadSlot<Io, kVector, kStride>(gamma + first, i, limit, 1.0f, g);
-      LoadSlot<Io, kVector, kStride>(beta + first, i, limit, 0.0f, b);
+      params.Gamma(i, g);
+      params.Beta(i, b);
 #pragma unroll
       for (int k = 0; k < kPack; ++k) v[i][k] = fmaf(v[i][k], g[k], b[k]);
     }
-  } else if (gamma != nullptr) {
+  } else if (a.gamma != nullptr) {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       float g[kPack];
-      LoadSlot<Io, kVector, kStride>(gamma + first, i, limit, 1.0f, g);
+      params.Gamma(i, g);
 #pragma unroll
       for (int k = 0; k < kPack; ++k) v[i][k] *= g[k];
     }
-  } else if (beta != nullptr) {
+  } else if (a.beta != nullptr) {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       float b[kPack];
-      LoadSlot<Io, kVector, kStride>(beta + first, i, limit, 0.0f, b);
+      params.Beta(i, b);
 #pragma unroll
       for (int k = 0; k < kPack; ++k) v[i][k] += b[k];
     }
@@ -523,8 +615,9 @@ __device__ __forceinline__ void GeluLnRow(const Args& a, int64_t row, int t,
   float v[kVecs][Io::kPack];
   float r[kVecs][Io::kPack];
   LoadRow<Io, kVecs, kVector, kStride>(a, row, t, v, r);
-  GeluLnRowFrom<Io, kVecs, kVector, kTanh, kStride>(a, row, t, v, r, reduce,
-                                                    [] {});
+  GeluLnRowFrom<Io, kVecs, kVector, kTanh, kStride>(
+      a, row, t, v, r, reduce, GlobalParams<Io, kVector, kStride>::Of(a, t),
+      [] {});
 }
 
 // A row's x and residual as raw 16-byte packs (vector layout only): what a
@@ -579,35 +672,44 @@ __device__ __forceinline__ void UnpackRawRow(const RawRow<kVecs>& raw,
 // left. Callers alternate kBuf = 0, 1 so raw is indexed by constants only
 // and stays in registers.
 template <typename Io, int kVecs, bool kTanh, int kStride, int kBuf,
-          typename Reducer>
+          typename Reducer, typename Params>
 __device__ __forceinline__ bool PipelinedRow(const Args& a, int64_t& row,
                                              int64_t row_step, int t,
                                              RawRow<kVecs> (&raw)[2],
-                                             const Reducer& reduce) {
+                                             const Reducer& reduce,
+                                             const Params& params) {
   float v[kVecs][Io::kPack];
   float r[kVecs][Io::kPack];
   UnpackRawRow<Io>(raw[kBuf], v, r);
   const int64_t next = row + row_step;
-  GeluLnRowFrom<Io, kVecs, true, kTanh, kStride>(a, row, t, v, r, reduce, [&] {
-    if (next < a.rows)
-      LoadRawRow<Io, kVecs, kStride>(a, next, t, raw[1 - kBuf]);
-  });
+  GeluLnRowFrom<Io, kVecs, true, kTanh, kStride>(
+      a, row, t, v, r, reduce, params, [&] {
+        if (next < a.rows)
+          LoadRawRow<Io, kVecs, kStride>(a, next, t, raw[1 - kBuf]);
+      });
   row = next;
   return row < a.rows;
 }
 
-// Rows row, row + row_step, ... < a.rows, pipelined (see PipelinedRow).
-template <typename Io, int kVecs, bool kTanh, int kStride, typename Reducer>
+// Rows row, row + row_step, ... < a.rows, pipelined (see PipelinedRow),
+// bias, gamma and beta read through the params make_params() returns
+// (GlobalParams or SharedParams), made once the first row's loads are
+// issued: staging params before them put two memory latencies in a row,
+// 0.5 us more per launch where each block has one row ([128,768]).
+template <typename Io, int kVecs, bool kTanh, int kStride, typename Reducer,
+          typename MakeParams>
 __device__ __forceinline__ void PipelinedRows(const Args& a, int64_t row,
                                               int64_t row_step, int t,
-                                              const Reducer& reduce) {
+                                              const Reducer& reduce,
+                                              MakeParams&& make_params) {
   if (row >= a.rows) return;
   RawRow<kVecs> raw[2];
   LoadRawRow<Io, kVecs, kStride>(a, row, t, raw[0]);
+  const auto params = make_params();
   while (PipelinedRow<Io, kVecs, kTanh, kStride, 0>(a, row, row_step, t, raw,
-                                                    reduce) &&
+                                                    reduce, params) &&
          PipelinedRow<Io, kVecs, kTanh, kStride, 1>(a, row, row_step, t, raw,
-                                                    reduce)) {
+                                                    reduce, params)) {
   }
 }
 

@@ -72,8 +72,15 @@ __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   // Loop bounds are uniform per warp, as the shuffles require.
   if constexpr (Pipelined(kVecs, kVector)) {
-    gelu_ln::PipelinedRows<Io, kVecs, kTanh, 32>(a, first, stride, lane,
-                                                 gelu_ln::WarpReducer{});
+    // Params are pointers only, made before the first row's loads: the
+    // order the H200 measured (bfloat16 [16384,768] 0.774 of the copy peak
+    // against 0.762 before params; made after the loads, 0.743-0.747,
+    // bench/results/h200/session7/).
+    gelu_ln::PipelinedRows<Io, kVecs, kTanh, 32>(
+        a, first, stride, lane, gelu_ln::WarpReducer{},
+        [params = gelu_ln::GlobalParams<Io, true, 32>::Of(a, lane)] {
+          return params;
+        });
   } else {
     for (int64_t row = first; row < a.rows; row += stride) {
       gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, 32>(a, row, lane,
