@@ -66,9 +66,10 @@ constexpr int kMaxThreadsScalar = 512;
 constexpr int kMinThreadsPerSmVector = 1024;
 constexpr int kMinThreadsPerSmScalar = 512;
 // The heuristic's efficiencies. Measured on the H200 (docs/PERFORMANCE.md,
-// GELU-LayerNorm): float32 rows of 2048 to 8192 at 0.86-0.97 of the copy
-// peak, 16-bit ones at 0.70-0.92 (issue-bound), and 16-bit rows of 1024 (in
-// 64-thread blocks) at 0.63-0.72, ahead of warp_per_row's 0.53-0.62; other
+// GELU-LayerNorm, per launch): float32 rows of 2048 to 8192 at 0.89-0.98
+// of the copy peak, 16-bit ones at 0.73-0.90 (issue-bound), and 16-bit
+// rows of 1024 (in 64-thread blocks) at 0.65, ahead of warp_per_row's
+// 0.56-0.58 (seventh session; back to back 0.74-0.75 against 0.62-0.66); other
 // rows under 2048 elements leave most of a 256-thread block idle and pay
 // two barriers for little data (warp_per_row serves them); the scalar path
 // issues four or eight times the memory instructions with fewer threads
