@@ -102,7 +102,7 @@ constexpr int ThreadsFor(int64_t capacity, int pack, bool vector) {
 // Being persistent, each block also stages bias, gamma and beta once, as
 // float32 in shared memory (gelu_ln::SharedParams; see StagesParams for
 // the exception), where every row read them through L1 and, in 16-bit
-// rows, converted them again: 16-bit rows of 1024, 2048 and 8192 ran 2-5%
+// rows, converted them again: 16-bit rows of 1024, 2048 and 8192 ran 1-6%
 // faster on the H200, float32 the same within 1.5%
 // (bench/results/h200/session7/).
 constexpr bool Pipelined(int threads, int vecs, bool vector) {
