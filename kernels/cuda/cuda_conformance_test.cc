@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/permute.h"
@@ -168,6 +169,22 @@ std::vector<Problem> ExtraProblems(OpKind op, DType t) {
         p.return_pre_norm = flags & 32;
         out.push_back(p);
       }
+    }
+    // Rows enough that each block of the persistent (pipelined) instances
+    // takes three or more on the H200 (a few hundred to ~8,500 blocks or
+    // warps resident), so their loop's later rows, prefetch buffers and
+    // shared-memory reuse run too: with the few rows above each block took
+    // one. Every operand, h returned.
+    constexpr std::pair<int64_t, int64_t> kManyRows[] = {
+        {26000, 256}, {6000, 1024}, {3000, 2048}, {1300, 4096}, {400, 8192}};
+    for (const auto& [rows, hidden] : kManyRows) {
+      GeluLnProblem p;
+      p.dtype = t;
+      p.rows = rows;
+      p.hidden = hidden;
+      p.has_bias = p.has_residual = p.has_gamma = p.has_beta = true;
+      p.return_pre_norm = true;
+      out.push_back(p);
     }
   }
   return out;
