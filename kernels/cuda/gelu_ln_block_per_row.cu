@@ -24,6 +24,10 @@
 // 16-bit scalar, 8 bytes; and the 16-bit pipelined 64x2 and 128x2 at 80
 // registers, 8 bytes stored and 16 or 24 loaded (with SharedParams; 256x2,
 // which reads bias, gamma and beta through L1, does not spill).
+// Whole rows (hidden = capacity, gelu_ln::Rows::kWhole: no bounds tests)
+// take the vector path's threads and slots: float32 53-85 registers,
+// 16-bit 80 pipelined (tanh 64x2 and 128x2 spill 8-16 bytes), 512x2
+// 100-112, 1024x2 54-61.
 // Static shared memory: two floats per warp (64 to 256 bytes). Dynamic, in
 // pipelined instances but 16-bit 256x2 (StagesParams): bias, gamma and beta
 // as float32, 3 x 16 bytes per slot and thread, up to 96 KB (16-bit rows of
@@ -130,35 +134,39 @@ constexpr int MinBlocksFor(int threads, int vecs, bool vector, int pack) {
              threads);
 }
 
-template <typename Io, int kThreads, int kVecs, bool kVector, bool kTanh>
-__global__ void __launch_bounds__(kThreads, MinBlocksFor(kThreads, kVecs,
-                                                         kVector, Io::kPack))
+template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh>
+__global__ void __launch_bounds__(kThreads,
+                                  MinBlocksFor(kThreads, kVecs,
+                                               kRows != gelu_ln::Rows::kScalar,
+                                               Io::kPack))
     GeluLnBlockKernel(Args a) {
+  constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
   __shared__ float partial[2][kThreads / 32];
   const gelu_ln::BlockReducer<kThreads> reduce{partial};
   // Loop bounds are uniform per block, as the barriers require.
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
-    gelu_ln::PipelinedRows<Io, kVecs, kTanh, kThreads>(
+    gelu_ln::PipelinedRows<Io, kVecs, kRows, kTanh, kThreads>(
         a, blockIdx.x, gridDim.x, threadIdx.x, reduce, [&] {
           if constexpr (StagesParams(kThreads, Io::kPack)) {
             return gelu_ln::SharedParams<Io, kVecs, kThreads>::Stage(
                 a, threadIdx.x);
           } else {
-            return gelu_ln::GlobalParams<Io, true, kThreads>::Of(a,
-                                                                 threadIdx.x);
+            return gelu_ln::GlobalParams<Io, kRows, kThreads>::Of(a,
+                                                                  threadIdx.x);
           }
         });
   } else {
     for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-      gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, kThreads>(
-          a, row, threadIdx.x, reduce);
+      gelu_ln::GeluLnRow<Io, kVecs, kRows, kTanh, kThreads>(a, row, threadIdx.x,
+                                                            reduce);
     }
   }
 }
 
-template <typename Io, int kThreads, int kVecs, bool kVector, bool kTanh>
+template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh>
 absl::Status LaunchBlock(const Args& a, ExecContext& ctx) {
-  auto* kernel = GeluLnBlockKernel<Io, kThreads, kVecs, kVector, kTanh>;
+  constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
+  auto* kernel = GeluLnBlockKernel<Io, kThreads, kVecs, kRows, kTanh>;
   int64_t blocks = a.rows;
   size_t smem = 0;
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
@@ -192,7 +200,14 @@ absl::Status DispatchCapacity(const Args& a, ExecContext& ctx) {
   constexpr int kThreads = ThreadsFor(kCapacity, Io::kPack, kVector);
   constexpr int kVecs = static_cast<int>(kCapacity / (kThreads * Io::kPack));
   static_assert(kVecs >= 1 && kThreads * kVecs * Io::kPack == kCapacity);
-  return LaunchBlock<Io, kThreads, kVecs, kVector, kTanh>(a, ctx);
+  using gelu_ln::Rows;
+  if constexpr (!kVector) {
+    return LaunchBlock<Io, kThreads, kVecs, Rows::kScalar, kTanh>(a, ctx);
+  } else if (a.hidden == kCapacity) {
+    return LaunchBlock<Io, kThreads, kVecs, Rows::kWhole, kTanh>(a, ctx);
+  } else {
+    return LaunchBlock<Io, kThreads, kVecs, Rows::kVector, kTanh>(a, ctx);
+  }
 }
 
 template <typename Io, bool kVector>

@@ -310,32 +310,43 @@ struct BlockReducer {
 //   which makes each pack wholly inside the row or wholly past it.
 // - Scalar layout (rows not 16-byte aligned): element (i * kPack + k) *
 //   kStride + t, so each scalar access of a warp is still contiguous.
+// - Whole rows: the vector layout for rows of exactly kVecs * kPack *
+//   kStride elements (hidden == the instance's capacity, as the target
+//   shapes' 768, 1024, ..., 8192 are), where every element is inside.
 // Either way element (i, k) of thread t is First(t) + Offset(i, k) with a
 // compile-time Offset, so every access is one base register plus an
 // immediate, and "inside the row" is Offset(i, k) < hidden - First(t): a
-// compare with an immediate, cheap to recompute wherever it is needed.
-template <int kPack, bool kVector, int kStride>
+// compare with an immediate, cheap to recompute wherever it is needed, and
+// a constant for whole rows, so that their code has no bounds tests, no
+// predicated accesses and no values set for elements past the row (ptxas,
+// 16-bit rows of 768 in warp_per_row: 4.7 such instructions per element
+// of about 50).
+enum class Rows : int { kScalar, kVector, kWhole };
+
+template <int kPack, Rows kRows, int kStride>
 struct RowLayout {
-  __device__ static int First(int t) { return kVector ? t * kPack : t; }
+  static constexpr bool kPacked = kRows != Rows::kScalar;
+  __device__ static int First(int t) { return kPacked ? t * kPack : t; }
   __device__ static constexpr int Offset(int i, int k) {
-    return kVector ? i * kStride * kPack + k : (i * kPack + k) * kStride;
+    return kPacked ? i * kStride * kPack + k : (i * kPack + k) * kStride;
   }
   // Whether element (i, k) is inside the row, limit = hidden - First(t).
   // Vector layout: per pack (limit is a multiple of kPack there).
   __device__ static bool Inside(int i, int k, int limit) {
-    return Offset(i, kVector ? 0 : k) < limit;
+    if constexpr (kRows == Rows::kWhole) return true;
+    return Offset(i, kPacked ? 0 : k) < limit;
   }
 };
 
 // Slot i of a row (p already advanced by First(t)) into v; elements past
 // the row (Offset >= limit) get `absent`.
-template <typename Io, bool kVector, int kStride>
+template <typename Io, Rows kRows, int kStride>
 __device__ __forceinline__ void LoadSlot(const typename Io::T* p, int i,
                                          int limit, float absent,
                                          float (&v)[Io::kPack]) {
   constexpr int kPack = Io::kPack;
-  using L = RowLayout<kPack, kVector, kStride>;
-  if constexpr (kVector) {
+  using L = RowLayout<kPack, kRows, kStride>;
+  if constexpr (L::kPacked) {
     if (L::Inside(i, 0, limit)) {
       Io::LoadPack(p + L::Offset(i, 0), v);
     } else {
@@ -350,12 +361,12 @@ __device__ __forceinline__ void LoadSlot(const typename Io::T* p, int i,
   }
 }
 
-template <typename Io, bool kVector, int kStride>
+template <typename Io, Rows kRows, int kStride>
 __device__ __forceinline__ void StoreSlot(typename Io::T* p, int i, int limit,
                                           const float (&v)[Io::kPack]) {
   constexpr int kPack = Io::kPack;
-  using L = RowLayout<kPack, kVector, kStride>;
-  if constexpr (kVector) {
+  using L = RowLayout<kPack, kRows, kStride>;
+  if constexpr (L::kPacked) {
     if (L::Inside(i, 0, limit)) Io::StorePack(p + L::Offset(i, 0), v);
   } else {
 #pragma unroll
@@ -369,7 +380,7 @@ __device__ __forceinline__ void StoreSlot(typename Io::T* p, int i, int limit,
 // LoadSlot gives past the row (0, 1, 0); whether each is present is Args'.
 // GlobalParams: global memory in the operands' dtype, every row (through
 // L1: they are small and every row reads the same).
-template <typename Io, bool kVector, int kStride>
+template <typename Io, Rows kRows, int kStride>
 struct GlobalParams {
   const typename Io::T* bias;  // advanced by First(t)
   const typename Io::T* gamma;
@@ -377,7 +388,7 @@ struct GlobalParams {
   int limit;  // hidden - First(t)
   __device__ static GlobalParams Of(const Args& a, int t) {
     using T = typename Io::T;
-    using L = RowLayout<Io::kPack, kVector, kStride>;
+    using L = RowLayout<Io::kPack, kRows, kStride>;
     const int first = L::First(t);
     const auto at = [&](const void* p) {
       return p == nullptr ? nullptr : static_cast<const T*>(p) + first;
@@ -386,13 +397,13 @@ struct GlobalParams {
             static_cast<int>(a.hidden) - first};
   }
   __device__ void Bias(int i, float (&v)[Io::kPack]) const {
-    LoadSlot<Io, kVector, kStride>(bias, i, limit, 0.0f, v);
+    LoadSlot<Io, kRows, kStride>(bias, i, limit, 0.0f, v);
   }
   __device__ void Gamma(int i, float (&v)[Io::kPack]) const {
-    LoadSlot<Io, kVector, kStride>(gamma, i, limit, 1.0f, v);
+    LoadSlot<Io, kRows, kStride>(gamma, i, limit, 1.0f, v);
   }
   __device__ void Beta(int i, float (&v)[Io::kPack]) const {
-    LoadSlot<Io, kVector, kStride>(beta, i, limit, 0.0f, v);
+    LoadSlot<Io, kRows, kStride>(beta, i, limit, 0.0f, v);
   }
 };
 
@@ -419,7 +430,7 @@ struct SharedParams {
 
   __device__ static SharedParams Stage(const Args& a, int t) {
     float4* smem = staged_params;
-    const auto g = GlobalParams<Io, true, kStride>::Of(a, t);
+    const auto g = GlobalParams<Io, Rows::kVector, kStride>::Of(a, t);
     const auto stage = [&](Operand o, const void* present, auto&& load) {
       if (present == nullptr) return;
 #pragma unroll
@@ -473,7 +484,7 @@ struct SharedParams {
 // they are consumed, before the reductions: a pipelined kernel issues the
 // next row's loads there, so that they fly during this row's barriers,
 // normalization and stores.
-template <typename Io, int kVecs, bool kVector, bool kTanh, int kStride,
+template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
           typename Reducer, typename Params, typename Prefetch>
 __device__ __forceinline__ void GeluLnRowFrom(
     const Args& a, int64_t row, int t, float (&v)[kVecs][Io::kPack],
@@ -481,7 +492,7 @@ __device__ __forceinline__ void GeluLnRowFrom(
     const Params& params, Prefetch&& prefetch) {
   using T = typename Io::T;
   constexpr int kPack = Io::kPack;
-  using L = RowLayout<kPack, kVector, kStride>;
+  using L = RowLayout<kPack, kRows, kStride>;
   const int hidden = static_cast<int>(a.hidden);
   const int first = L::First(t);
   const int limit = hidden - first;  // <= 0 when t holds nothing
@@ -511,7 +522,7 @@ __device__ __forceinline__ void GeluLnRowFrom(
     T* h = static_cast<T*>(a.h) + offset;
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
-      StoreSlot<Io, kVector, kStride>(h, i, limit, v[i]);
+      StoreSlot<Io, kRows, kStride>(h, i, limit, v[i]);
     }
   }
 
@@ -572,7 +583,7 @@ __device__ __forceinline__ void GeluLnRowFrom(
   T* y = static_cast<T*>(a.y) + offset;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
-    StoreSlot<Io, kVector, kStride>(y, i, limit, v[i]);
+    StoreSlot<Io, kRows, kStride>(y, i, limit, v[i]);
   }
 }
 
@@ -580,26 +591,26 @@ __device__ __forceinline__ void GeluLnRowFrom(
 // residual). Every load comes before the first GELU, in loops of their own:
 // with the residual loaded inside the GELU loop ptxas issued it one pack at
 // a time, a memory latency per pack.
-template <typename Io, int kVecs, bool kVector, int kStride>
+template <typename Io, int kVecs, Rows kRows, int kStride>
 __device__ __forceinline__ void LoadRow(const Args& a, int64_t row, int t,
                                         float (&v)[kVecs][Io::kPack],
                                         float (&r)[kVecs][Io::kPack]) {
   using T = typename Io::T;
   constexpr int kPack = Io::kPack;
-  using L = RowLayout<kPack, kVector, kStride>;
+  using L = RowLayout<kPack, kRows, kStride>;
   const int first = L::First(t);
   const int limit = static_cast<int>(a.hidden) - first;
   const int64_t offset = row * a.hidden + first;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
-    LoadSlot<Io, kVector, kStride>(static_cast<const T*>(a.x) + offset, i,
-                                   limit, 0.0f, v[i]);
+    LoadSlot<Io, kRows, kStride>(static_cast<const T*>(a.x) + offset, i, limit,
+                                 0.0f, v[i]);
   }
   const T* residual = static_cast<const T*>(a.residual);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     if (residual != nullptr) {
-      LoadSlot<Io, kVector, kStride>(residual + offset, i, limit, 0.0f, r[i]);
+      LoadSlot<Io, kRows, kStride>(residual + offset, i, limit, 0.0f, r[i]);
     } else {
 #pragma unroll
       for (int k = 0; k < kPack; ++k) r[i][k] = 0.0f;
@@ -608,15 +619,15 @@ __device__ __forceinline__ void LoadRow(const Args& a, int64_t row, int t,
 }
 
 // One row, loaded and finished (see GeluLnRowFrom).
-template <typename Io, int kVecs, bool kVector, bool kTanh, int kStride,
+template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
           typename Reducer>
 __device__ __forceinline__ void GeluLnRow(const Args& a, int64_t row, int t,
                                           const Reducer& reduce) {
   float v[kVecs][Io::kPack];
   float r[kVecs][Io::kPack];
-  LoadRow<Io, kVecs, kVector, kStride>(a, row, t, v, r);
-  GeluLnRowFrom<Io, kVecs, kVector, kTanh, kStride>(
-      a, row, t, v, r, reduce, GlobalParams<Io, kVector, kStride>::Of(a, t),
+  LoadRow<Io, kVecs, kRows, kStride>(a, row, t, v, r);
+  GeluLnRowFrom<Io, kVecs, kRows, kTanh, kStride>(
+      a, row, t, v, r, reduce, GlobalParams<Io, kRows, kStride>::Of(a, t),
       [] {});
 }
 
@@ -629,10 +640,11 @@ struct RawRow {
   uint4 r[kVecs];
 };
 
-template <typename Io, int kVecs, int kStride>
+template <typename Io, int kVecs, Rows kRows, int kStride>
 __device__ __forceinline__ void LoadRawRow(const Args& a, int64_t row, int t,
                                            RawRow<kVecs>& raw) {
-  using L = RowLayout<Io::kPack, true, kStride>;
+  static_assert(kRows != Rows::kScalar, "raw packs need the vector layout");
+  using L = RowLayout<Io::kPack, kRows, kStride>;
   const int first = L::First(t);
   const int limit = static_cast<int>(a.hidden) - first;
   const int64_t offset = row * a.hidden + first;
@@ -671,7 +683,7 @@ __device__ __forceinline__ void UnpackRawRow(const RawRow<kVecs>& raw,
 // is reduced, normalized and stored; advances row and says whether one is
 // left. Callers alternate kBuf = 0, 1 so raw is indexed by constants only
 // and stays in registers.
-template <typename Io, int kVecs, bool kTanh, int kStride, int kBuf,
+template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride, int kBuf,
           typename Reducer, typename Params>
 __device__ __forceinline__ bool PipelinedRow(const Args& a, int64_t& row,
                                              int64_t row_step, int t,
@@ -682,10 +694,10 @@ __device__ __forceinline__ bool PipelinedRow(const Args& a, int64_t& row,
   float r[kVecs][Io::kPack];
   UnpackRawRow<Io>(raw[kBuf], v, r);
   const int64_t next = row + row_step;
-  GeluLnRowFrom<Io, kVecs, true, kTanh, kStride>(
+  GeluLnRowFrom<Io, kVecs, kRows, kTanh, kStride>(
       a, row, t, v, r, reduce, params, [&] {
         if (next < a.rows)
-          LoadRawRow<Io, kVecs, kStride>(a, next, t, raw[1 - kBuf]);
+          LoadRawRow<Io, kVecs, kRows, kStride>(a, next, t, raw[1 - kBuf]);
       });
   row = next;
   return row < a.rows;
@@ -696,20 +708,20 @@ __device__ __forceinline__ bool PipelinedRow(const Args& a, int64_t& row,
 // (GlobalParams or SharedParams), made once the first row's loads are
 // issued: staging params before them put two memory latencies in a row,
 // 0.5 us more per launch where each block has one row ([128,768]).
-template <typename Io, int kVecs, bool kTanh, int kStride, typename Reducer,
-          typename MakeParams>
+template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
+          typename Reducer, typename MakeParams>
 __device__ __forceinline__ void PipelinedRows(const Args& a, int64_t row,
                                               int64_t row_step, int t,
                                               const Reducer& reduce,
                                               MakeParams&& make_params) {
   if (row >= a.rows) return;
   RawRow<kVecs> raw[2];
-  LoadRawRow<Io, kVecs, kStride>(a, row, t, raw[0]);
+  LoadRawRow<Io, kVecs, kRows, kStride>(a, row, t, raw[0]);
   const auto params = make_params();
-  while (PipelinedRow<Io, kVecs, kTanh, kStride, 0>(a, row, row_step, t, raw,
-                                                    reduce, params) &&
-         PipelinedRow<Io, kVecs, kTanh, kStride, 1>(a, row, row_step, t, raw,
-                                                    reduce, params)) {
+  while (PipelinedRow<Io, kVecs, kRows, kTanh, kStride, 0>(
+             a, row, row_step, t, raw, reduce, params) &&
+         PipelinedRow<Io, kVecs, kRows, kTanh, kStride, 1>(
+             a, row, row_step, t, raw, reduce, params)) {
   }
 }
 

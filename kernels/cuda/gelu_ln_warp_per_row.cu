@@ -13,7 +13,12 @@
 //   16-bit vector, 1-4 slots p:   56-75, 96-104, 128, 168-198
 //   16-bit scalar, 1-4 slots:     48-61, 56-64, 80, 113
 // Spills of 8 to 20 bytes in a few vector instances (float32 2, 4 and 5
-// slots, 16-bit 1, 3 and 4), none elsewhere.
+// slots, 16-bit 1, 3 and 4), none elsewhere. Whole rows (hidden = slots x
+// pack x 32, gelu_ln::Rows::kWhole: no bounds tests), erf and tanh:
+//   float32, 1-8 slots:  56 p, 84-88 p, 116-122 p, 128-132 p, 64, 66-72,
+//                        82, 96
+//   16-bit, 1-4 slots:   56-64 p, 96-122 p, 128-158 p, 168 p
+// spilling only at 1 slot (float32 16 bytes, bfloat16 20).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -64,8 +69,9 @@ constexpr double kFewRowsFactor = 0.5;
 // 128-register cap spilled the 4-slot instances.)
 constexpr bool Pipelined(int vecs, bool vector) { return vector && vecs <= 4; }
 
-template <typename Io, int kVecs, bool kVector, bool kTanh>
+template <typename Io, int kVecs, gelu_ln::Rows kRows, bool kTanh>
 __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
+  constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
   const int lane = threadIdx.x & 31;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const int64_t first =
@@ -76,22 +82,23 @@ __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
     // order the H200 measured (bfloat16 [16384,768] 0.774 of the copy peak
     // against 0.762 before params; made after the loads, 0.743-0.747,
     // bench/results/h200/session7/).
-    gelu_ln::PipelinedRows<Io, kVecs, kTanh, 32>(
+    gelu_ln::PipelinedRows<Io, kVecs, kRows, kTanh, 32>(
         a, first, stride, lane, gelu_ln::WarpReducer{},
-        [params = gelu_ln::GlobalParams<Io, true, 32>::Of(a, lane)] {
+        [params = gelu_ln::GlobalParams<Io, kRows, 32>::Of(a, lane)] {
           return params;
         });
   } else {
     for (int64_t row = first; row < a.rows; row += stride) {
-      gelu_ln::GeluLnRow<Io, kVecs, kVector, kTanh, 32>(a, row, lane,
-                                                        gelu_ln::WarpReducer{});
+      gelu_ln::GeluLnRow<Io, kVecs, kRows, kTanh, 32>(a, row, lane,
+                                                      gelu_ln::WarpReducer{});
     }
   }
 }
 
-template <typename Io, int kVecs, bool kVector, bool kTanh>
+template <typename Io, int kVecs, gelu_ln::Rows kRows, bool kTanh>
 absl::Status LaunchWarp(const Args& a, ExecContext& ctx) {
-  auto* kernel = GeluLnWarpKernel<Io, kVecs, kVector, kTanh>;
+  constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
+  auto* kernel = GeluLnWarpKernel<Io, kVecs, kRows, kTanh>;
   int64_t blocks = CeilDiv(a.rows, kWarpsPerBlock);
   if constexpr (Pipelined(kVecs, kVector)) {
     blocks = PersistentGrid(kernel, kThreads, 0, ctx, blocks);
@@ -113,7 +120,14 @@ absl::Status DispatchVecs(const Args& a, ExecContext& ctx) {
       return DispatchVecs<Io, kVector, kTanh, kVecs + 1>(a, ctx);
     }
   }
-  return LaunchWarp<Io, kVecs, kVector, kTanh>(a, ctx);
+  using gelu_ln::Rows;
+  if constexpr (!kVector) {
+    return LaunchWarp<Io, kVecs, Rows::kScalar, kTanh>(a, ctx);
+  } else if (a.hidden == kVecs * Io::kPack * 32) {
+    return LaunchWarp<Io, kVecs, Rows::kWhole, kTanh>(a, ctx);
+  } else {
+    return LaunchWarp<Io, kVecs, Rows::kVector, kTanh>(a, ctx);
+  }
 }
 
 template <typename Io, bool kVector>
