@@ -1,9 +1,11 @@
 // gelu_layer_norm.cuda.block_per_row: one block per row for hidden up to
 // 16384, the row held in registers (16 elements per thread on the vector
 // path), so global memory is read once and written once, with no
-// shared-memory copy of the row. Mean and variance are two exact block
-// reductions (warp shuffles, then one float per warp in shared memory) over
-// the registers. 16-byte packs where every row is 16-byte aligned,
+// shared-memory copy of the row. Mean and variance come from the registers
+// by two block sums (warp shuffles, then one float per warp in shared
+// memory), the second over squares of deviations from the mean, or where
+// OneBarrier holds by one exchange of each warp's sum and squares about its
+// own mean. 16-byte packs where every row is 16-byte aligned,
 // coalesced scalar accesses otherwise.
 //
 // Threads x slots per thread (slots of 4 float32 or 8 16-bit elements) by
@@ -16,7 +18,7 @@
 //   float32 scalar   256x1     256x2     256x4    512x4    512x8
 //                    47-48     64        92-114   92-114   128
 //   16-bit vector    64x2 p    128x2 p   256x2 p  512x2 p  1024x2
-//                    79-80     79-80     79-80    100-109  55-63
+//                    79-80     79-80     79-80    106-120  55-63
 //   16-bit scalar    -         256x1     256x2    512x2    512x4
 //                              59        96       96       128
 // No spills, except at the register bounds: 512x8 float32 scalar (rows
@@ -27,8 +29,9 @@
 // Whole rows (hidden = capacity, gelu_ln::Rows::kWhole: no bounds tests)
 // take the vector path's threads and slots: float32 53-85 registers,
 // 16-bit 80 pipelined (tanh 64x2 and 128x2 spill 8-16 bytes), 512x2
-// 100-112, 1024x2 54-61.
-// Static shared memory: two floats per warp (64 to 256 bytes). Dynamic, in
+// 102-109, 1024x2 54-61.
+// Static shared memory: a float per warp for each of the two sums (up to
+// 256 bytes; with one barrier, two float2 per warp). Dynamic, in
 // pipelined instances but 16-bit 256x2 (StagesParams): bias, gamma and beta
 // as float32, 3 x 16 bytes per slot and thread, up to 96 KB (16-bit rows of
 // 8192).
@@ -122,6 +125,17 @@ constexpr bool Pipelined(int threads, int vecs, bool vector) {
 constexpr bool StagesParams(int threads, int pack) {
   return !(pack == 8 && threads == 256);
 }
+// Instances that reduce a row's moments with one barrier
+// (gelu_ln::OneBarrierBlockReducer) rather than two: 16-bit rows of 8192
+// (512x2), one block per SM, where no other block's work fills a barrier's
+// wait. The H200 ran [4096,8192] at 0.808 (bfloat16) and 0.806 (float16) of
+// the copy peak against 0.786 and 0.784 with two barriers; in 16-bit rows
+// of 1024 and 2048 (64x2, 128x2: 80 registers) it spilled and lost 2-4%
+// (bench/results/h200/session8/gelu-whole-one-barrier/). The scalar path's
+// 512-thread 16-bit instances were not measured with it and keep two.
+constexpr bool OneBarrier(int threads, int pack, bool vector) {
+  return vector && pack == 8 && threads == 512;
+}
 constexpr int MinThreadsPerSmPipelined(int pack) {
   return pack == 8 ? 768 : 512;
 }
@@ -134,15 +148,12 @@ constexpr int MinBlocksFor(int threads, int vecs, bool vector, int pack) {
              threads);
 }
 
-template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh>
-__global__ void __launch_bounds__(kThreads,
-                                  MinBlocksFor(kThreads, kVecs,
-                                               kRows != gelu_ln::Rows::kScalar,
-                                               Io::kPack))
-    GeluLnBlockKernel(Args a) {
+// Rows x[blockIdx.x], x[blockIdx.x + gridDim.x], ... with reduce.
+template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh,
+          typename Reducer>
+__device__ __forceinline__ void BlockRows(const Args& a,
+                                          const Reducer& reduce) {
   constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
-  __shared__ float partial[2][kThreads / 32];
-  const gelu_ln::BlockReducer<kThreads> reduce{partial};
   // Loop bounds are uniform per block, as the barriers require.
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
     gelu_ln::PipelinedRows<Io, kVecs, kRows, kTanh, kThreads>(
@@ -156,10 +167,34 @@ __global__ void __launch_bounds__(kThreads,
           }
         });
   } else {
+    int parity = 0;
     for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
       gelu_ln::GeluLnRow<Io, kVecs, kRows, kTanh, kThreads>(a, row, threadIdx.x,
-                                                            reduce);
+                                                            reduce, parity);
+      parity ^= 1;
     }
+  }
+}
+
+template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh>
+__global__ void __launch_bounds__(kThreads,
+                                  MinBlocksFor(kThreads, kVecs,
+                                               kRows != gelu_ln::Rows::kScalar,
+                                               Io::kPack))
+    GeluLnBlockKernel(Args a) {
+  constexpr int kWarps = kThreads / 32;
+  if constexpr (OneBarrier(kThreads, Io::kPack,
+                           kRows != gelu_ln::Rows::kScalar)) {
+    using Reducer = gelu_ln::OneBarrierBlockReducer<kThreads>;
+    __shared__ float2 partial[2][kWarps];
+    BlockRows<Io, kThreads, kVecs, kRows, kTanh>(
+        a, Reducer::template Of<gelu_ln::RowLayout<Io::kPack, kRows, kThreads>,
+                                kVecs>(partial, a.inv_hidden,
+                                       static_cast<int>(a.hidden)));
+  } else {
+    __shared__ float partial[2][kWarps];
+    BlockRows<Io, kThreads, kVecs, kRows, kTanh>(
+        a, gelu_ln::BlockReducer<kThreads>{partial, a.inv_hidden});
   }
 }
 

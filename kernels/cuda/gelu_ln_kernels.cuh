@@ -253,6 +253,61 @@ __device__ __forceinline__ float Gelu(float v) {
   return kTanh ? GeluTanh(v) : GeluErf(v);
 }
 
+// ------------------------------------------------------------- row layout
+
+// A row is spread over kStride threads (a warp or a block); thread t holds
+// kVecs slots of kPack elements in registers.
+// - Vector layout: slot i is the 16-byte pack number i * kStride + t, so a
+//   warp's accesses are 512 contiguous bytes. Needs hidden % kPack == 0,
+//   which makes each pack wholly inside the row or wholly past it.
+// - Scalar layout (rows not 16-byte aligned): element (i * kPack + k) *
+//   kStride + t, so each scalar access of a warp is still contiguous.
+// - Whole rows: the vector layout for rows of exactly kVecs * kPack *
+//   kStride elements (hidden == the instance's capacity, as the target
+//   shapes' 768, 1024, ..., 8192 are), where every element is inside.
+// Either way element (i, k) of thread t is First(t) + Offset(i, k) with a
+// compile-time Offset, so every access is one base register plus an
+// immediate, and "inside the row" is Offset(i, k) < hidden - First(t): a
+// compare with an immediate, cheap to recompute wherever it is needed, and
+// a constant for whole rows, so that their code has no bounds tests, no
+// predicated accesses and no values set for elements past the row (ptxas,
+// 16-bit rows of 768 in warp_per_row: 4.7 such instructions per element
+// of about 50).
+enum class Rows : int { kScalar, kVector, kWhole };
+
+template <int kPack, Rows kRows, int kStride>
+struct RowLayout {
+  static constexpr bool kPacked = kRows != Rows::kScalar;
+  static constexpr bool kWhole = kRows == Rows::kWhole;
+  __device__ static int First(int t) { return kPacked ? t * kPack : t; }
+  __device__ static constexpr int Offset(int i, int k) {
+    return kPacked ? i * kStride * kPack + k : (i * kPack + k) * kStride;
+  }
+  // Whether element (i, k) is inside the row, limit = hidden - First(t).
+  // Vector layout: per pack (limit is a multiple of kPack there).
+  __device__ static bool Inside(int i, int k, int limit) {
+    if constexpr (kRows == Rows::kWhole) return true;
+    return Offset(i, kPacked ? 0 : k) < limit;
+  }
+  // How many elements of a row of `hidden` the 32 threads t = 32 w, ...,
+  // 32 w + 31 hold between them, kVecs slots each.
+  template <int kVecs>
+  __device__ static int WarpElements(int w, int hidden) {
+    if constexpr (kRows == Rows::kWhole) return 32 * kVecs * kPack;
+    // Group g (a slot, or a slot's element k in the scalar layout) of
+    // thread t is unit g * kStride + t of the row, a unit being a pack or
+    // an element.
+    constexpr int kGroups = kPacked ? kVecs : kVecs * kPack;
+    const int units = kPacked ? hidden / kPack : hidden;
+    int n = 0;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      n += min(max(units - g * kStride - 32 * w, 0), 32);
+    }
+    return kPacked ? n * kPack : n;
+  }
+};
+
 // -------------------------------------------------------------- reductions
 
 // Butterfly sum: every lane ends with the same bits, because each step adds
@@ -289,54 +344,137 @@ __device__ __forceinline__ float BlockSum(float v, float* partial) {
   }
 }
 
-struct WarpReducer {
-  __device__ float Sum(float v, int /*buffer*/) const { return WarpSum(v); }
+// Butterfly sum over aligned groups of kLanes lanes (a power of two): each
+// lane ends with its group's sum, with the same bits in every lane of the
+// group (see WarpSum).
+template <int kLanes>
+__device__ __forceinline__ float GroupSum(float v) {
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0);
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// A row's mean and variance over the threads that hold it, from what each
+// thread holds, in two steps (GeluLnRowFrom):
+//   const auto c = reduce.CenterOf(sum);   // sum of this thread's elements
+//   ... squares = sum of (element - c.value)^2 over this thread's elements
+//   const auto m = reduce.MomentsOf(c, squares, buffer);
+// m.var is the row's variance and m.offset its mean minus c.value, so that
+// (element - c.value - m.offset) is the element's deviation from the mean.
+// No E[h^2] - E[h]^2 anywhere: every square is of a deviation from a mean.
+struct Moments {
+  float offset;
+  float var;
 };
 
+// A warp per row: c.value is the row's mean (a butterfly sum), and the
+// squares are summed by a second one.
+struct WarpReducer {
+  struct Center {
+    float value;
+  };
+  float inv_hidden;
+  __device__ Center CenterOf(float sum) const {
+    return {WarpSum(sum) * inv_hidden};
+  }
+  __device__ Moments MomentsOf(const Center&, float squares,
+                               int /*buffer*/) const {
+    return {0.0f, WarpSum(squares) * inv_hidden};
+  }
+};
+
+// A block per row, two barriers per row: c.value is the row's mean (a
+// block sum), then the squares' block sum. partial holds two buffers of a
+// float per warp, the mean's and the squares': each sum's barrier
+// separates the other buffer's reads from its next writes, so buffer (the
+// row's parity) is not needed.
 template <int kThreads>
 struct BlockReducer {
-  float (*partial)[kThreads / 32];  // two buffers
-  __device__ float Sum(float v, int buffer) const {
-    return BlockSum<kThreads>(v, partial[buffer]);
+  static constexpr int kWarps = kThreads / 32;
+  struct Center {
+    float value;
+  };
+  float (*partial)[kWarps];  // [mean or squares][warp]
+  float inv_hidden;
+  __device__ Center CenterOf(float sum) const {
+    return {BlockSum<kThreads>(sum, partial[0]) * inv_hidden};
+  }
+  __device__ Moments MomentsOf(const Center&, float squares,
+                               int /*buffer*/) const {
+    return {0.0f, BlockSum<kThreads>(squares, partial[1]) * inv_hidden};
+  }
+};
+
+// A block per row with one barrier per row: c.value is this thread's
+// warp's mean (its butterfly sum over the elements the warp holds), and
+// each warp's (sum, squares about its mean) meet in shared memory once.
+// Then, with the row's mean m from the warps' sums, the row's squares are
+// those of Chan et al.'s pairwise update,
+//   sum over warps w of (squares_w + n_w (mean_w - m)^2),
+// every term a square of a deviation. partial holds two buffers of a float2
+// per warp, which consecutive rows alternate (buffer: the row's parity): a
+// row's barrier separates the previous row's reads of the other buffer from
+// this row's writes. It costs registers (the warps' element counts, the
+// per-warp centers), so only the instances that measured faster with it use
+// it (gelu_ln_block_per_row.cu).
+template <int kThreads>
+struct OneBarrierBlockReducer {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
+  static constexpr int kWarps = kThreads / 32;
+  struct Center {
+    float value;
+    float sum;  // the warp's
+  };
+  float2 (*partial)[kWarps];  // [buffer][warp]
+  float inv_hidden;
+  float own_rcp;     // 1 / elements held by this thread's warp (0 if none)
+  float lane_count;  // elements held by warp lane % kWarps
+  float lane_rcp;    // its reciprocal (0 if none)
+
+  __device__ static int LaneWarp() { return (threadIdx.x & 31) % kWarps; }
+  // L: the RowLayout, kVecs slots per thread.
+  template <typename L, int kVecs>
+  __device__ static OneBarrierBlockReducer Of(float2 (*partial)[kWarps],
+                                              float inv_hidden, int hidden) {
+    const int own = L::template WarpElements<kVecs>(threadIdx.x >> 5, hidden);
+    const int lane = L::template WarpElements<kVecs>(LaneWarp(), hidden);
+    if constexpr (L::kWhole) {
+      // Every warp holds the same elements: constants.
+      return {partial, inv_hidden, 1.0f / own, static_cast<float>(own),
+              1.0f / own};
+    } else {
+      const auto rcp = [](int n) {
+        return n > 0 ? RcpApprox(static_cast<float>(n)) : 0.0f;
+      };
+      return {partial, inv_hidden, rcp(own), static_cast<float>(lane),
+              rcp(lane)};
+    }
+  }
+  __device__ Center CenterOf(float sum) const {
+    const float s = WarpSum(sum);
+    return {s * own_rcp, s};
+  }
+  __device__ Moments MomentsOf(const Center& c, float squares,
+                               int buffer) const {
+    const float q = WarpSum(squares);
+    if ((threadIdx.x & 31) == 0) {
+      partial[buffer][threadIdx.x >> 5] = make_float2(c.sum, q);
+    }
+    __syncthreads();
+    // Lane j takes warp j % kWarps: each aligned group of kWarps lanes holds
+    // every warp's pair, and its butterfly sums need log2(kWarps) steps.
+    const float2 w = partial[buffer][LaneWarp()];
+    const float mean = GroupSum<kWarps>(w.x) * inv_hidden;
+    const float d = w.x * lane_rcp - mean;
+    const float m2 = GroupSum<kWarps>(fmaf(lane_count * d, d, w.y));
+    return {mean - c.value, m2 * inv_hidden};
   }
 };
 
 // ------------------------------------------------------- fused row routine
-
-// A row is spread over kStride threads (a warp or a block); thread t holds
-// kVecs slots of kPack elements in registers.
-// - Vector layout: slot i is the 16-byte pack number i * kStride + t, so a
-//   warp's accesses are 512 contiguous bytes. Needs hidden % kPack == 0,
-//   which makes each pack wholly inside the row or wholly past it.
-// - Scalar layout (rows not 16-byte aligned): element (i * kPack + k) *
-//   kStride + t, so each scalar access of a warp is still contiguous.
-// - Whole rows: the vector layout for rows of exactly kVecs * kPack *
-//   kStride elements (hidden == the instance's capacity, as the target
-//   shapes' 768, 1024, ..., 8192 are), where every element is inside.
-// Either way element (i, k) of thread t is First(t) + Offset(i, k) with a
-// compile-time Offset, so every access is one base register plus an
-// immediate, and "inside the row" is Offset(i, k) < hidden - First(t): a
-// compare with an immediate, cheap to recompute wherever it is needed, and
-// a constant for whole rows, so that their code has no bounds tests, no
-// predicated accesses and no values set for elements past the row (ptxas,
-// 16-bit rows of 768 in warp_per_row: 4.7 such instructions per element
-// of about 50).
-enum class Rows : int { kScalar, kVector, kWhole };
-
-template <int kPack, Rows kRows, int kStride>
-struct RowLayout {
-  static constexpr bool kPacked = kRows != Rows::kScalar;
-  __device__ static int First(int t) { return kPacked ? t * kPack : t; }
-  __device__ static constexpr int Offset(int i, int k) {
-    return kPacked ? i * kStride * kPack + k : (i * kPack + k) * kStride;
-  }
-  // Whether element (i, k) is inside the row, limit = hidden - First(t).
-  // Vector layout: per pack (limit is a multiple of kPack there).
-  __device__ static bool Inside(int i, int k, int limit) {
-    if constexpr (kRows == Rows::kWhole) return true;
-    return Offset(i, kPacked ? 0 : k) < limit;
-  }
-};
 
 // Slot i of a row (p already advanced by First(t)) into v; elements past
 // the row (Offset >= limit) get `absent`.
@@ -474,10 +612,11 @@ struct SharedParams {
 // index among them), the row held in registers: global memory is read once
 // (x, residual; bias, gamma and beta are small and come from L1 or shared
 // memory through params, a GlobalParams or SharedParams) and written once
-// (y, and h when requested). Mean and variance are two exact
-// passes over the registers, never E[h^2] - E[h]^2, which cancels for rows
-// whose mean is large against their spread. reduce.Sum(v, buffer) sums over
-// the kStride threads. Requires hidden <= kVecs * kPack * kStride.
+// (y, and h when requested). Mean and variance come from the registers by
+// reduce (a WarpReducer or BlockReducer: squares of deviations only, never
+// E[h^2] - E[h]^2, which cancels for rows whose mean is large against their
+// spread); parity alternates between a thread's consecutive rows (the
+// one-barrier reducer's buffers). Requires hidden <= kVecs * kPack * kStride.
 //
 // GeluLnRowFrom takes the row's x and residual already in registers (v and
 // r, 0 past the row and r 0 without a residual) and calls prefetch() once
@@ -488,7 +627,7 @@ template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
           typename Reducer, typename Params, typename Prefetch>
 __device__ __forceinline__ void GeluLnRowFrom(
     const Args& a, int64_t row, int t, float (&v)[kVecs][Io::kPack],
-    const float (&r)[kVecs][Io::kPack], const Reducer& reduce,
+    const float (&r)[kVecs][Io::kPack], const Reducer& reduce, int parity,
     const Params& params, Prefetch&& prefetch) {
   using T = typename Io::T;
   constexpr int kPack = Io::kPack;
@@ -532,26 +671,28 @@ __device__ __forceinline__ void GeluLnRowFrom(
 #pragma unroll
     for (int k = 0; k < kPack; ++k) sum += v[i][k];
   }
-  const float mean = reduce.Sum(sum, 0) * a.inv_hidden;
+  const auto center = reduce.CenterOf(sum);
 
-  // v becomes h - mean (0 past the row), kept for the normalization.
+  // v becomes h - center (0 past the row), kept for the normalization.
   float squares = 0.0f;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
-      v[i][k] = L::Inside(i, k, limit) ? v[i][k] - mean : 0.0f;
+      v[i][k] = L::Inside(i, k, limit) ? v[i][k] - center.value : 0.0f;
       squares += v[i][k] * v[i][k];
     }
   }
-  const float var = reduce.Sum(squares, 1) * a.inv_hidden;
+  const Moments m = reduce.MomentsOf(center, squares, parity);
   // rsqrtf: MUFU.RSQ, 2 ulp, no slow-path call (see inv_hidden).
-  const float rstd = rsqrtf(var + a.eps);
+  const float rstd = rsqrtf(m.var + a.eps);
+  // (h - mean) rstd = v rstd - offset rstd: one FMA.
+  const float shift = -m.offset * rstd;
 
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) v[i][k] *= rstd;
+    for (int k = 0; k < kPack; ++k) v[i][k] = fmaf(v[i][k], rstd, shift);
   }
   // y = n gamma + beta, one FMA where both are present.
   if (a.gamma != nullptr && a.beta != nullptr) {
@@ -622,13 +763,13 @@ __device__ __forceinline__ void LoadRow(const Args& a, int64_t row, int t,
 template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
           typename Reducer>
 __device__ __forceinline__ void GeluLnRow(const Args& a, int64_t row, int t,
-                                          const Reducer& reduce) {
+                                          const Reducer& reduce, int parity) {
   float v[kVecs][Io::kPack];
   float r[kVecs][Io::kPack];
   LoadRow<Io, kVecs, kRows, kStride>(a, row, t, v, r);
   GeluLnRowFrom<Io, kVecs, kRows, kTanh, kStride>(
-      a, row, t, v, r, reduce, GlobalParams<Io, kRows, kStride>::Of(a, t),
-      [] {});
+      a, row, t, v, r, reduce, parity,
+      GlobalParams<Io, kRows, kStride>::Of(a, t), [] {});
 }
 
 // A row's x and residual as raw 16-byte packs (vector layout only): what a
@@ -695,7 +836,7 @@ __device__ __forceinline__ bool PipelinedRow(const Args& a, int64_t& row,
   UnpackRawRow<Io>(raw[kBuf], v, r);
   const int64_t next = row + row_step;
   GeluLnRowFrom<Io, kVecs, kRows, kTanh, kStride>(
-      a, row, t, v, r, reduce, params, [&] {
+      a, row, t, v, r, reduce, kBuf, params, [&] {
         if (next < a.rows)
           LoadRawRow<Io, kVecs, kRows, kStride>(a, next, t, raw[1 - kBuf]);
       });

@@ -83,14 +83,14 @@ __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
     // against 0.762 before params; made after the loads, 0.743-0.747,
     // bench/results/h200/session7/).
     gelu_ln::PipelinedRows<Io, kVecs, kRows, kTanh, 32>(
-        a, first, stride, lane, gelu_ln::WarpReducer{},
+        a, first, stride, lane, gelu_ln::WarpReducer{a.inv_hidden},
         [params = gelu_ln::GlobalParams<Io, kRows, 32>::Of(a, lane)] {
           return params;
         });
   } else {
     for (int64_t row = first; row < a.rows; row += stride) {
-      gelu_ln::GeluLnRow<Io, kVecs, kRows, kTanh, 32>(a, row, lane,
-                                                      gelu_ln::WarpReducer{});
+      gelu_ln::GeluLnRow<Io, kVecs, kRows, kTanh, 32>(
+          a, row, lane, gelu_ln::WarpReducer{a.inv_hidden}, 0);
     }
   }
 }
