@@ -8,7 +8,9 @@ label may appear several times: rounds run alternately, A B A B, so that a
 drifting clock touches every build alike). For every (op, dtype, shape,
 variant) the table gives each build's best per-launch median and best
 back-to-back mean over its rounds, and the ratio of each build's time to the
-first label's (below 1: faster than the first build).
+first label's (below 1: faster than the first build). A build whose output
+failed the bench's check on a case (in any round) gets FAIL beside its
+figures there, whose timings then say nothing, and the exit status is 1.
 """
 import json
 import sys
@@ -21,6 +23,7 @@ def main(argv):
     labels = []
     best = {}  # (case key, label) -> [median_us, b2b_us, frac, b2b_frac]
     cases = OrderedDict()
+    failed = set()  # (case key, label) whose check failed
     for arg in argv[1:]:
         label, _, path = arg.partition("=")
         if not path:
@@ -30,11 +33,12 @@ def main(argv):
         with open(path) as f:
             data = json.load(f)
         for row in data["rows"]:
+            key = (row["op"], row["dtype"], "x".join(map(str, row["shape"])),
+                   row["variant"].split(".")[-1])
             if row.get("check") not in ("ok", "skipped"):
                 print(f"{label}: {row['variant']} {row['shape']} check "
                       f"{row.get('check')}", file=sys.stderr)
-            key = (row["op"], row["dtype"], "x".join(map(str, row["shape"])),
-                   row["variant"].split(".")[-1])
+                failed.add((key, label))
             cases[key] = None
             cur = best.setdefault((key, label), [float("inf")] * 2 + [0, 0])
             cur[0] = min(cur[0], row["median_us"])
@@ -56,8 +60,9 @@ def main(argv):
             if cur is None:
                 cells += ["-"] * (3 if label == labels[0] else 5)
                 continue
+            mark = " FAIL" if (key, label) in failed else ""
             cells += [f"{cur[0]:.1f}", f"{cur[1]:.1f}",
-                      f"{cur[2]:.3f} ({cur[3]:.3f})"]
+                      f"{cur[2]:.3f} ({cur[3]:.3f}){mark}"]
             if label != labels[0]:
                 if base is None:
                     cells += ["-", "-"]
@@ -65,7 +70,8 @@ def main(argv):
                     cells += [f"{cur[0] / base[0]:.3f}",
                               f"{cur[1] / base[1]:.3f}"]
         print("| " + " | ".join(cells) + " |")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))

@@ -207,5 +207,6 @@ if has ab; then
     done
   done
   python3 bench/ab_report.py "${reports[@]}" | tee "$out/ab.md"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1  # a build failed the bench's check
 fi
 exit $status
