@@ -414,12 +414,19 @@ struct BlockReducer {
 // Then, with the row's mean m from the warps' sums, the row's squares are
 // those of Chan et al.'s pairwise update,
 //   sum over warps w of (squares_w + n_w (mean_w - m)^2),
-// every term a square of a deviation. partial holds two buffers of a float2
-// per warp, which consecutive rows alternate (buffer: the row's parity): a
-// row's barrier separates the previous row's reads of the other buffer from
-// this row's writes. It costs registers (the warps' element counts, the
-// per-warp centers), so only the instances that measured faster with it use
-// it (gelu_ln_block_per_row.cu).
+// every term a square of a deviation. mean_w is the warp's float32 sum
+// times 1 / n_w, so the cross term 2 (mean_w - m) sum(h - mean_w), zero in
+// exact arithmetic, is dropped: its error is first order in the rounding of
+// the warp's sum, of order u |m| / sigma relative to the variance, against
+// the two passes' second order: no larger in order than what rounding h
+// itself to float32 costs y (u |h| / sigma; the conformance suite's
+// large-mean rows check it). The sixth session's version kept that term and
+// ran slower on every shape (docs/PERFORMANCE.md). partial holds two
+// buffers of a float2 per warp, which consecutive rows alternate (buffer: the
+// row's parity): a row's barrier separates the previous row's reads of the
+// other buffer from this row's writes. It costs registers (the warps' element
+// counts, the per-warp centers), so only the instances that measured faster
+// with it use it (gelu_ln_block_per_row.cu).
 template <int kThreads>
 struct OneBarrierBlockReducer {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
