@@ -4,14 +4,17 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
+#include "kernels/core/problem.h"
+#include "kernels/core/selection_key.h"
 #include "kernels/core/status_macros.h"
 #include "kernels/core/tuning_store.h"
 
@@ -131,18 +134,17 @@ absl::StatusOr<TunedShape> TuneRequest(Client& client, Message& request,
 absl::Status WriteTable(const std::vector<TunedShape>& shapes,
                         const std::string& path) {
   if (shapes.empty()) return absl::InvalidArgumentError("no shape was tuned");
-  // A key is "<op>|...|<device name>|<cc>|<the op's variant set version>".
   std::string device;
   std::map<std::string, std::string> versions;  // op -> version
   for (const TunedShape& s : shapes) {
-    std::vector<std::string> parts = absl::StrSplit(s.key, '|');
-    if (parts.size() < 4) {
+    const std::optional<OpKind> op = OpOfKey(s.key);
+    const absl::string_view device_key = DeviceOfKey(s.key);
+    if (!op.has_value() || device_key.empty()) {
       return absl::InternalError(
           absl::StrCat("unexpected selection key '", s.key, "'"));
     }
-    const size_t n = parts.size();
-    device = absl::StrCat(parts[n - 3], "|", parts[n - 2]);
-    versions[parts[0]] = parts[n - 1];
+    device = std::string(device_key);
+    versions[std::string(OpName(*op))] = std::string(VersionOfKey(s.key));
   }
   TuningStore table(
       {"any", device, absl::StrJoin(versions, ",", absl::PairFormatter("="))});

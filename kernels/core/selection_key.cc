@@ -106,6 +106,17 @@ std::optional<OpKind> OpOfKey(absl::string_view key) {
   return std::nullopt;
 }
 
+absl::string_view DeviceOfKey(absl::string_view key) {
+  // ShapeKey's fields|device name|compute capability|version.
+  const size_t version = key.rfind('|');
+  if (version == absl::string_view::npos || version == 0) return {};
+  const size_t cc = key.rfind('|', version - 1);
+  if (cc == absl::string_view::npos || cc == 0) return {};
+  const size_t name = key.rfind('|', cc - 1);
+  if (name == absl::string_view::npos) return {};
+  return key.substr(name + 1, version - name - 1);
+}
+
 absl::string_view VersionOfKey(absl::string_view key) {
   return key.substr(key.rfind('|') + 1);
 }

@@ -37,9 +37,11 @@ std::string VariantSetVersions(const VariantRegistry& r);
 std::string SelectionKey(const Problem& p, const DeviceInfo& d,
                          absl::string_view variant_set_version);
 
-// A SelectionKey's op (its first field; nullopt if it names none) and its
-// op's variant set version (its last field).
+// A SelectionKey's op (its first field; nullopt if it names none), its
+// DeviceKey (the two fields before the last; empty if the key has fewer
+// than four) and its op's variant set version (its last field).
 std::optional<OpKind> OpOfKey(absl::string_view key);
+absl::string_view DeviceOfKey(absl::string_view key);
 absl::string_view VersionOfKey(absl::string_view key);
 
 // ceil(log2(x)) for x >= 1: the bucket of a size.

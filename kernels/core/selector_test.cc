@@ -159,6 +159,21 @@ TEST_F(SelectorTest, TableAnswersAndItsEntriesOfAChangedOpAreReported) {
   std::remove(path.c_str());
 }
 
+TEST(SelectionKeyTest, KeysSplitIntoOpDeviceAndVersion) {
+  DeviceInfo d;
+  d.name = "NVIDIA H200";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  const std::string key = SelectionKey(Transpose(1000, 512), d, "v1234abcd");
+  EXPECT_EQ(OpOfKey(key), OpKind::kTranspose);
+  EXPECT_EQ(DeviceOfKey(key), DeviceKey(d));
+  EXPECT_EQ(DeviceOfKey(key), "NVIDIA H200|9.0");
+  EXPECT_EQ(VersionOfKey(key), "v1234abcd");
+  EXPECT_EQ(DeviceOfKey("transpose|v1"), "");
+  EXPECT_EQ(DeviceOfKey("a|b|v1"), "");
+  EXPECT_EQ(OpOfKey("nonsense|x|y|v1"), std::nullopt);
+}
+
 TEST(SelectionKeyTest, VersionsArePerOp) {
   VariantRegistry r;
   RegisterCpuVariants(r);
