@@ -33,7 +33,8 @@
 #             COALESCE_CONFORMANCE_OPS), then the bench flags AB_ROUNDS
 #             times (default 2), the builds alternating (AB_NAMES: a subset,
 #             in order); bench/ab_report.py tables each build's best times
-#             against the first build's
+#             against the first build's, marks FAIL where a build's output
+#             failed the bench's check, and then fails the call
 # Never touches clocks, power or MIG settings.
 set -uo pipefail
 out=${1:?usage: gpu-check.sh OUT_DIR [STEPS] [bench flags]}
