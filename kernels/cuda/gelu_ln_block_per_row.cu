@@ -153,7 +153,7 @@ template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh,
           typename Reducer>
 __device__ __forceinline__ void BlockRows(const Args& a,
                                           const Reducer& reduce) {
-  constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
+  constexpr bool kVector = gelu_ln::Packed(kRows);
   // Loop bounds are uniform per block, as the barriers require.
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
     gelu_ln::PipelinedRows<Io, kVecs, kRows, kTanh, kThreads>(
@@ -177,14 +177,12 @@ __device__ __forceinline__ void BlockRows(const Args& a,
 }
 
 template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh>
-__global__ void __launch_bounds__(kThreads,
-                                  MinBlocksFor(kThreads, kVecs,
-                                               kRows != gelu_ln::Rows::kScalar,
-                                               Io::kPack))
+__global__ void __launch_bounds__(kThreads, MinBlocksFor(kThreads, kVecs,
+                                                         gelu_ln::Packed(kRows),
+                                                         Io::kPack))
     GeluLnBlockKernel(Args a) {
   constexpr int kWarps = kThreads / 32;
-  if constexpr (OneBarrier(kThreads, Io::kPack,
-                           kRows != gelu_ln::Rows::kScalar)) {
+  if constexpr (OneBarrier(kThreads, Io::kPack, gelu_ln::Packed(kRows))) {
     using Reducer = gelu_ln::OneBarrierBlockReducer<kThreads>;
     __shared__ float2 partial[2][kWarps];
     BlockRows<Io, kThreads, kVecs, kRows, kTanh>(
@@ -200,7 +198,7 @@ __global__ void __launch_bounds__(kThreads,
 
 template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh>
 absl::Status LaunchBlock(const Args& a, ExecContext& ctx) {
-  constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
+  constexpr bool kVector = gelu_ln::Packed(kRows);
   auto* kernel = GeluLnBlockKernel<Io, kThreads, kVecs, kRows, kTanh>;
   int64_t blocks = a.rows;
   size_t smem = 0;
@@ -235,14 +233,10 @@ absl::Status DispatchCapacity(const Args& a, ExecContext& ctx) {
   constexpr int kThreads = ThreadsFor(kCapacity, Io::kPack, kVector);
   constexpr int kVecs = static_cast<int>(kCapacity / (kThreads * Io::kPack));
   static_assert(kVecs >= 1 && kThreads * kVecs * Io::kPack == kCapacity);
-  using gelu_ln::Rows;
-  if constexpr (!kVector) {
-    return LaunchBlock<Io, kThreads, kVecs, Rows::kScalar, kTanh>(a, ctx);
-  } else if (a.hidden == kCapacity) {
-    return LaunchBlock<Io, kThreads, kVecs, Rows::kWhole, kTanh>(a, ctx);
-  } else {
-    return LaunchBlock<Io, kThreads, kVecs, Rows::kVector, kTanh>(a, ctx);
-  }
+  return gelu_ln::DispatchRows<kVector>(a.hidden, kCapacity, [&](auto rows) {
+    return LaunchBlock<Io, kThreads, kVecs, decltype(rows)::value, kTanh>(a,
+                                                                          ctx);
+  });
 }
 
 template <typename Io, bool kVector>

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/core/problem.h"
 #include "kernels/core/variant.h"
@@ -275,9 +276,26 @@ __device__ __forceinline__ float Gelu(float v) {
 // of about 50).
 enum class Rows : int { kScalar, kVector, kWhole };
 
+// Whether rows of kind r move as 16-byte packs (the vector layout).
+constexpr bool Packed(Rows r) { return r != Rows::kScalar; }
+
+// Calls f(std::integral_constant<Rows, kind>{}) with the kind of rows an
+// instance of capacity elements serves: kScalar off the vector path, kWhole
+// for rows of exactly its capacity, kVector otherwise.
+template <bool kVector, typename F>
+decltype(auto) DispatchRows(int64_t hidden, int64_t capacity, F&& f) {
+  if constexpr (!kVector) {
+    return f(std::integral_constant<Rows, Rows::kScalar>{});
+  } else if (hidden == capacity) {
+    return f(std::integral_constant<Rows, Rows::kWhole>{});
+  } else {
+    return f(std::integral_constant<Rows, Rows::kVector>{});
+  }
+}
+
 template <int kPack, Rows kRows, int kStride>
 struct RowLayout {
-  static constexpr bool kPacked = kRows != Rows::kScalar;
+  static constexpr bool kPacked = Packed(kRows);
   static constexpr bool kWhole = kRows == Rows::kWhole;
   __device__ static int First(int t) { return kPacked ? t * kPack : t; }
   __device__ static constexpr int Offset(int i, int k) {
@@ -310,15 +328,22 @@ struct RowLayout {
 
 // -------------------------------------------------------------- reductions
 
-// Butterfly sum: every lane ends with the same bits, because each step adds
-// the same two values in both partner lanes and float addition commutes.
-__device__ __forceinline__ float WarpSum(float v) {
+// Butterfly sum over aligned groups of kLanes lanes (a power of two): each
+// lane ends with its group's sum, with the same bits in every lane of the
+// group, because each step adds the same two values in both partner lanes
+// and float addition commutes.
+template <int kLanes>
+__device__ __forceinline__ float GroupSum(float v) {
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0);
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
     v += __shfl_xor_sync(0xffffffffu, v, offset);
   }
   return v;
 }
+
+// The warp's sum, in every lane.
+__device__ __forceinline__ float WarpSum(float v) { return GroupSum<32>(v); }
 
 // Sum over a block of kThreads threads, returned to every thread (with the
 // same bits everywhere, as WarpSum). partial holds kThreads / 32 floats and
@@ -342,19 +367,6 @@ __device__ __forceinline__ float BlockSum(float v, float* partial) {
   } else {
     return WarpSum(lane < kWarps ? partial[lane] : 0.0f);
   }
-}
-
-// Butterfly sum over aligned groups of kLanes lanes (a power of two): each
-// lane ends with its group's sum, with the same bits in every lane of the
-// group (see WarpSum).
-template <int kLanes>
-__device__ __forceinline__ float GroupSum(float v) {
-  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0);
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
 }
 
 // A row's mean and variance over the threads that hold it, from what each
@@ -791,7 +803,7 @@ struct RawRow {
 template <typename Io, int kVecs, Rows kRows, int kStride>
 __device__ __forceinline__ void LoadRawRow(const Args& a, int64_t row, int t,
                                            RawRow<kVecs>& raw) {
-  static_assert(kRows != Rows::kScalar, "raw packs need the vector layout");
+  static_assert(Packed(kRows), "raw packs need the vector layout");
   using L = RowLayout<Io::kPack, kRows, kStride>;
   const int first = L::First(t);
   const int limit = static_cast<int>(a.hidden) - first;

@@ -71,7 +71,7 @@ constexpr bool Pipelined(int vecs, bool vector) { return vector && vecs <= 4; }
 
 template <typename Io, int kVecs, gelu_ln::Rows kRows, bool kTanh>
 __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
-  constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
+  constexpr bool kVector = gelu_ln::Packed(kRows);
   const int lane = threadIdx.x & 31;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const int64_t first =
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
 
 template <typename Io, int kVecs, gelu_ln::Rows kRows, bool kTanh>
 absl::Status LaunchWarp(const Args& a, ExecContext& ctx) {
-  constexpr bool kVector = kRows != gelu_ln::Rows::kScalar;
+  constexpr bool kVector = gelu_ln::Packed(kRows);
   auto* kernel = GeluLnWarpKernel<Io, kVecs, kRows, kTanh>;
   int64_t blocks = CeilDiv(a.rows, kWarpsPerBlock);
   if constexpr (Pipelined(kVecs, kVector)) {
@@ -120,14 +120,10 @@ absl::Status DispatchVecs(const Args& a, ExecContext& ctx) {
       return DispatchVecs<Io, kVector, kTanh, kVecs + 1>(a, ctx);
     }
   }
-  using gelu_ln::Rows;
-  if constexpr (!kVector) {
-    return LaunchWarp<Io, kVecs, Rows::kScalar, kTanh>(a, ctx);
-  } else if (a.hidden == kVecs * Io::kPack * 32) {
-    return LaunchWarp<Io, kVecs, Rows::kWhole, kTanh>(a, ctx);
-  } else {
-    return LaunchWarp<Io, kVecs, Rows::kVector, kTanh>(a, ctx);
-  }
+  return gelu_ln::DispatchRows<kVector>(
+      a.hidden, kVecs * Io::kPack * 32, [&](auto rows) {
+        return LaunchWarp<Io, kVecs, decltype(rows)::value, kTanh>(a, ctx);
+      });
 }
 
 template <typename Io, bool kVector>
