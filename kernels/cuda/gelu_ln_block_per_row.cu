@@ -3,22 +3,22 @@
 // path), so global memory is read once and written once, with no
 // shared-memory copy of the row. Mean and variance come from the registers
 // by two block sums (warp shuffles, then one float per warp in shared
-// memory), the second over squares of deviations from the mean, or where
-// OneBarrier holds by one exchange of each warp's sum and squares about its
-// own mean. 16-byte packs where every row is 16-byte aligned,
-// coalesced scalar accesses otherwise.
+// memory), the second over squares of deviations from the mean. 16-byte
+// packs where every row is 16-byte aligned, coalesced scalar accesses
+// otherwise.
 //
 // Threads x slots per thread (slots of 4 float32 or 8 16-bit elements) by
 // row capacity, the smallest that holds the row (see ThreadsFor), and the
 // registers ptxas (sm_90, CUDA 13.0, -Xptxas -v) gives each instance, erf /
-// tanh where they differ; "p": pipelined (see Pipelined):
+// tanh where they differ; "p": pipelined (see Pipelined), "r": pipelined
+// through a shared-memory ring (see RingPipelined):
 //   capacity         1024      2048      4096     8192     16384
 //   float32 vector   256x1 p   256x2 p   256x4    512x4    1024x4
 //                    52-56     78-82     64       64       64
 //   float32 scalar   256x1     256x2     256x4    512x4    512x8
 //                    47-48     64        92-114   92-114   128
-//   16-bit vector    64x2 p    128x2 p   256x2 p  512x2 p  1024x2
-//                    79-80     79-80     79-80    106-120  55-63
+//   16-bit vector    64x2 p    128x2 p   256x2 p  512x2 r  1024x2
+//                    79-80     79-80     79-80    60-64    55-63
 //   16-bit scalar    -         256x1     256x2    512x2    512x4
 //                              59        96       96       128
 // No spills, except at the register bounds: 512x8 float32 scalar (rows
@@ -29,12 +29,11 @@
 // Whole rows (hidden = capacity, gelu_ln::Rows::kWhole: no bounds tests)
 // take the vector path's threads and slots: float32 53-85 registers,
 // 16-bit 80 pipelined (tanh 64x2 and 128x2 spill 8-16 bytes), 512x2
-// 102-109, 1024x2 54-61.
+// 63-64, 1024x2 54-61.
 // Static shared memory: a float per warp for each of the two sums (up to
-// 256 bytes; with one barrier, two float2 per warp). Dynamic, in
-// pipelined instances but 16-bit 256x2 (StagesParams): bias, gamma and beta
-// as float32, 3 x 16 bytes per slot and thread, up to 96 KB (16-bit rows of
-// 8192).
+// 256 bytes). Dynamic, in pipelined instances: the ring's 64 KB (16-bit
+// rows of 8192), or, but in 16-bit 256x2 (StagesParams), bias, gamma and
+// beta as float32, 3 x 16 bytes per slot and thread, up to 24 KB.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -125,22 +124,31 @@ constexpr bool Pipelined(int threads, int vecs, bool vector) {
 constexpr bool StagesParams(int threads, int pack) {
   return !(pack == 8 && threads == 256);
 }
-// Instances that reduce a row's moments with one barrier
-// (gelu_ln::OneBarrierBlockReducer) rather than two: 16-bit rows of 8192
-// (512x2), one block per SM, where no other block's work fills a barrier's
-// wait. The H200 ran [4096,8192] at 0.808 (bfloat16) and 0.806 (float16) of
-// the copy peak against 0.786 and 0.784 with two barriers; in 16-bit rows
-// of 1024 and 2048 (64x2, 128x2: 80 registers) it spilled and lost 2-4%
-// (bench/results/h200/session8/gelu-whole-one-barrier/). The scalar path's
-// 512-thread 16-bit instances were not measured with it and keep two.
-constexpr bool OneBarrier(int threads, int pack, bool vector) {
-  return vector && pack == 8 && threads == 512;
-}
 constexpr int MinThreadsPerSmPipelined(int pack) {
   return pack == 8 ? 768 : 512;
 }
 
+// Ring-pipelined instances: 16-bit rows of 8192 (512x2) keep the next
+// row's x and residual in flight to a shared-memory ring by cp.async
+// (gelu_ln::SmemPipelinedRows) instead of in registers, and read bias,
+// gamma and beta through L1: 63-64 registers, so two blocks (32 warps) fit
+// per SM where the register pipeline (106-120) fit one, whose every barrier
+// stalled the whole SM. The H200, in one call
+// (bench/results/h200/session9/ring-ab/, best of 2 rounds, back to back):
+// [4096,8192] bfloat16 0.814 -> 0.876 of the copy peak, float16 0.809 ->
+// 0.891, every other shape within 1%; a ring of 3 rows (96 KB) read 0.802
+// and 0.824. The ring on every 16-bit pipelined instance (64x2 to 256x2,
+// 1024 threads per SM at 64 registers) ran 5-17% slower on rows of 768 to
+// 4096 (session9/tried-ring-all-16bit/). The sixth to eighth sessions'
+// alternatives at this size, one barrier per row (0.806), 1024 threads x 1
+// slot (0.785) and two-block clusters (0.687), are in docs/PERFORMANCE.md.
+constexpr int kRingDepth = 2;
+constexpr bool RingPipelined(int threads, int vecs, int pack, bool vector) {
+  return vector && pack == 8 && threads == 512 && vecs == 2;
+}
+
 constexpr int MinBlocksFor(int threads, int vecs, bool vector, int pack) {
+  if (RingPipelined(threads, vecs, pack, vector)) return 2;
   return std::max(
       1, (Pipelined(threads, vecs, vector) ? MinThreadsPerSmPipelined(pack)
           : vector                         ? kMinThreadsPerSmVector
@@ -155,7 +163,12 @@ __device__ __forceinline__ void BlockRows(const Args& a,
                                           const Reducer& reduce) {
   constexpr bool kVector = gelu_ln::Packed(kRows);
   // Loop bounds are uniform per block, as the barriers require.
-  if constexpr (Pipelined(kThreads, kVecs, kVector)) {
+  if constexpr (RingPipelined(kThreads, kVecs, Io::kPack, kVector)) {
+    gelu_ln::SmemPipelinedRows<Io, kVecs, kRows, kTanh, kThreads, kRingDepth>(
+        a, blockIdx.x, gridDim.x, threadIdx.x, reduce,
+        gelu_ln::GlobalParams<Io, kRows, kThreads>::Of(a, threadIdx.x),
+        reinterpret_cast<uint4*>(gelu_ln::staged_params));
+  } else if constexpr (Pipelined(kThreads, kVecs, kVector)) {
     gelu_ln::PipelinedRows<Io, kVecs, kRows, kTanh, kThreads>(
         a, blockIdx.x, gridDim.x, threadIdx.x, reduce, [&] {
           if constexpr (StagesParams(kThreads, Io::kPack)) {
@@ -167,11 +180,9 @@ __device__ __forceinline__ void BlockRows(const Args& a,
           }
         });
   } else {
-    int parity = 0;
     for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
       gelu_ln::GeluLnRow<Io, kVecs, kRows, kTanh, kThreads>(a, row, threadIdx.x,
-                                                            reduce, parity);
-      parity ^= 1;
+                                                            reduce);
     }
   }
 }
@@ -181,19 +192,9 @@ __global__ void __launch_bounds__(kThreads, MinBlocksFor(kThreads, kVecs,
                                                          gelu_ln::Packed(kRows),
                                                          Io::kPack))
     GeluLnBlockKernel(Args a) {
-  constexpr int kWarps = kThreads / 32;
-  if constexpr (OneBarrier(kThreads, Io::kPack, gelu_ln::Packed(kRows))) {
-    using Reducer = gelu_ln::OneBarrierBlockReducer<kThreads>;
-    __shared__ float2 partial[2][kWarps];
-    BlockRows<Io, kThreads, kVecs, kRows, kTanh>(
-        a, Reducer::template Of<gelu_ln::RowLayout<Io::kPack, kRows, kThreads>,
-                                kVecs>(partial, a.inv_hidden,
-                                       static_cast<int>(a.hidden)));
-  } else {
-    __shared__ float partial[2][kWarps];
-    BlockRows<Io, kThreads, kVecs, kRows, kTanh>(
-        a, gelu_ln::BlockReducer<kThreads>{partial, a.inv_hidden});
-  }
+  __shared__ float partial[2][kThreads / 32];
+  BlockRows<Io, kThreads, kVecs, kRows, kTanh>(
+      a, gelu_ln::BlockReducer<kThreads>{partial, a.inv_hidden});
 }
 
 template <typename Io, int kThreads, int kVecs, gelu_ln::Rows kRows, bool kTanh>
@@ -203,10 +204,12 @@ absl::Status LaunchBlock(const Args& a, ExecContext& ctx) {
   int64_t blocks = a.rows;
   size_t smem = 0;
   if constexpr (Pipelined(kThreads, kVecs, kVector)) {
-    if constexpr (StagesParams(kThreads, Io::kPack)) {
+    if constexpr (RingPipelined(kThreads, kVecs, Io::kPack, kVector)) {
+      smem = gelu_ln::kRingPacks<kVecs, kThreads, kRingDepth> * sizeof(uint4);
+    } else if constexpr (StagesParams(kThreads, Io::kPack)) {
       smem = gelu_ln::SharedParams<Io, kVecs, kThreads>::kBytes;
     }
-    // Up to 3 x 32 KB (rows of 8192): past the default 48 KB.
+    // The ring's 64 KB: past the default 48 KB.
     COALESCE_RETURN_IF_ERROR(AllowDynamicSharedMemory(kernel, smem));
     // As many blocks as are resident at once, each looping over rows.
     blocks = PersistentGrid(kernel, kThreads, smem, ctx, a.rows);

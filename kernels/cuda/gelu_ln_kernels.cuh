@@ -15,6 +15,7 @@
 
 #include "kernels/core/problem.h"
 #include "kernels/core/variant.h"
+#include "kernels/cuda/async_copy.cuh"
 
 namespace coalesce::cuda::gelu_ln {
 
@@ -296,7 +297,6 @@ decltype(auto) DispatchRows(int64_t hidden, int64_t capacity, F&& f) {
 template <int kPack, Rows kRows, int kStride>
 struct RowLayout {
   static constexpr bool kPacked = Packed(kRows);
-  static constexpr bool kWhole = kRows == Rows::kWhole;
   __device__ static int First(int t) { return kPacked ? t * kPack : t; }
   __device__ static constexpr int Offset(int i, int k) {
     return kPacked ? i * kStride * kPack + k : (i * kPack + k) * kStride;
@@ -307,43 +307,20 @@ struct RowLayout {
     if constexpr (kRows == Rows::kWhole) return true;
     return Offset(i, kPacked ? 0 : k) < limit;
   }
-  // How many elements of a row of `hidden` the 32 threads t = 32 w, ...,
-  // 32 w + 31 hold between them, kVecs slots each.
-  template <int kVecs>
-  __device__ static int WarpElements(int w, int hidden) {
-    if constexpr (kRows == Rows::kWhole) return 32 * kVecs * kPack;
-    // Group g (a slot, or a slot's element k in the scalar layout) of
-    // thread t is unit g * kStride + t of the row, a unit being a pack or
-    // an element.
-    constexpr int kGroups = kPacked ? kVecs : kVecs * kPack;
-    const int units = kPacked ? hidden / kPack : hidden;
-    int n = 0;
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      n += min(max(units - g * kStride - 32 * w, 0), 32);
-    }
-    return kPacked ? n * kPack : n;
-  }
 };
 
 // -------------------------------------------------------------- reductions
 
-// Butterfly sum over aligned groups of kLanes lanes (a power of two): each
-// lane ends with its group's sum, with the same bits in every lane of the
-// group, because each step adds the same two values in both partner lanes
-// and float addition commutes.
-template <int kLanes>
-__device__ __forceinline__ float GroupSum(float v) {
-  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0);
+// Butterfly sum: every lane ends with the warp's sum, with the same bits in
+// every lane, because each step adds the same two values in both partner
+// lanes and float addition commutes.
+__device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
     v += __shfl_xor_sync(0xffffffffu, v, offset);
   }
   return v;
 }
-
-// The warp's sum, in every lane.
-__device__ __forceinline__ float WarpSum(float v) { return GroupSum<32>(v); }
 
 // Sum over a block of kThreads threads, returned to every thread (with the
 // same bits everywhere, as WarpSum). partial holds kThreads / 32 floats and
@@ -369,127 +346,33 @@ __device__ __forceinline__ float BlockSum(float v, float* partial) {
   }
 }
 
-// A row's mean and variance over the threads that hold it, from what each
-// thread holds, in two steps (GeluLnRowFrom):
-//   const auto c = reduce.CenterOf(sum);   // sum of this thread's elements
-//   ... squares = sum of (element - c.value)^2 over this thread's elements
-//   const auto m = reduce.MomentsOf(c, squares, buffer);
-// m.var is the row's variance and m.offset its mean minus c.value, so that
-// (element - c.value - m.offset) is the element's deviation from the mean.
-// No E[h^2] - E[h]^2 anywhere: every square is of a deviation from a mean.
-struct Moments {
-  float offset;
-  float var;
-};
+// A row's mean and variance over the threads that hold it (GeluLnRowFrom):
+//   mean = reduce.Mean(sum of this thread's elements)
+//   var = reduce.Variance(sum of (element - mean)^2 over them)
+// No E[h^2] - E[h]^2: every square is of a deviation from the mean.
 
-// A warp per row: c.value is the row's mean (a butterfly sum), and the
-// squares are summed by a second one.
+// A warp per row: two butterfly sums.
 struct WarpReducer {
-  struct Center {
-    float value;
-  };
   float inv_hidden;
-  __device__ Center CenterOf(float sum) const {
-    return {WarpSum(sum) * inv_hidden};
-  }
-  __device__ Moments MomentsOf(const Center&, float squares,
-                               int /*buffer*/) const {
-    return {0.0f, WarpSum(squares) * inv_hidden};
+  __device__ float Mean(float sum) const { return WarpSum(sum) * inv_hidden; }
+  __device__ float Variance(float squares) const {
+    return WarpSum(squares) * inv_hidden;
   }
 };
 
-// A block per row, two barriers per row: c.value is the row's mean (a
-// block sum), then the squares' block sum. partial holds two buffers of a
-// float per warp, the mean's and the squares': each sum's barrier
-// separates the other buffer's reads from its next writes, so buffer (the
-// row's parity) is not needed.
+// A block per row: two block sums, two barriers. partial holds a float per
+// warp for each: each sum's barrier separates the other buffer's reads from
+// its next writes.
 template <int kThreads>
 struct BlockReducer {
   static constexpr int kWarps = kThreads / 32;
-  struct Center {
-    float value;
-  };
   float (*partial)[kWarps];  // [mean or squares][warp]
   float inv_hidden;
-  __device__ Center CenterOf(float sum) const {
-    return {BlockSum<kThreads>(sum, partial[0]) * inv_hidden};
+  __device__ float Mean(float sum) const {
+    return BlockSum<kThreads>(sum, partial[0]) * inv_hidden;
   }
-  __device__ Moments MomentsOf(const Center&, float squares,
-                               int /*buffer*/) const {
-    return {0.0f, BlockSum<kThreads>(squares, partial[1]) * inv_hidden};
-  }
-};
-
-// A block per row with one barrier per row: c.value is this thread's
-// warp's mean (its butterfly sum over the elements the warp holds), and
-// each warp's (sum, squares about its mean) meet in shared memory once.
-// Then, with the row's mean m from the warps' sums, the row's squares are
-// those of Chan et al.'s pairwise update,
-//   sum over warps w of (squares_w + n_w (mean_w - m)^2),
-// every term a square of a deviation. mean_w is the warp's float32 sum
-// times 1 / n_w, so the cross term 2 (mean_w - m) sum(h - mean_w), zero in
-// exact arithmetic, is dropped: its error is first order in the rounding of
-// the warp's sum, of order u |m| / sigma relative to the variance, against
-// the two passes' second order: no larger in order than what rounding h
-// itself to float32 costs y (u |h| / sigma; the conformance suite's
-// large-mean rows check it). The sixth session's version kept that term and
-// ran slower on every shape (docs/PERFORMANCE.md). partial holds two
-// buffers of a float2 per warp, which consecutive rows alternate (buffer: the
-// row's parity): a row's barrier separates the previous row's reads of the
-// other buffer from this row's writes. It costs registers (the warps' element
-// counts, the per-warp centers), so only the instances that measured faster
-// with it use it (gelu_ln_block_per_row.cu).
-template <int kThreads>
-struct OneBarrierBlockReducer {
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
-  static constexpr int kWarps = kThreads / 32;
-  struct Center {
-    float value;
-    float sum;  // the warp's
-  };
-  float2 (*partial)[kWarps];  // [buffer][warp]
-  float inv_hidden;
-  float own_rcp;     // 1 / elements held by this thread's warp (0 if none)
-  float lane_count;  // elements held by warp lane % kWarps
-  float lane_rcp;    // its reciprocal (0 if none)
-
-  __device__ static int LaneWarp() { return (threadIdx.x & 31) % kWarps; }
-  // L: the RowLayout, kVecs slots per thread.
-  template <typename L, int kVecs>
-  __device__ static OneBarrierBlockReducer Of(float2 (*partial)[kWarps],
-                                              float inv_hidden, int hidden) {
-    const int own = L::template WarpElements<kVecs>(threadIdx.x >> 5, hidden);
-    const int lane = L::template WarpElements<kVecs>(LaneWarp(), hidden);
-    if constexpr (L::kWhole) {
-      // Every warp holds the same elements: constants.
-      return {partial, inv_hidden, 1.0f / own, static_cast<float>(own),
-              1.0f / own};
-    } else {
-      const auto rcp = [](int n) {
-        return n > 0 ? RcpApprox(static_cast<float>(n)) : 0.0f;
-      };
-      return {partial, inv_hidden, rcp(own), static_cast<float>(lane),
-              rcp(lane)};
-    }
-  }
-  __device__ Center CenterOf(float sum) const {
-    const float s = WarpSum(sum);
-    return {s * own_rcp, s};
-  }
-  __device__ Moments MomentsOf(const Center& c, float squares,
-                               int buffer) const {
-    const float q = WarpSum(squares);
-    if ((threadIdx.x & 31) == 0) {
-      partial[buffer][threadIdx.x >> 5] = make_float2(c.sum, q);
-    }
-    __syncthreads();
-    // Lane j takes warp j % kWarps: each aligned group of kWarps lanes holds
-    // every warp's pair, and its butterfly sums need log2(kWarps) steps.
-    const float2 w = partial[buffer][LaneWarp()];
-    const float mean = GroupSum<kWarps>(w.x) * inv_hidden;
-    const float d = w.x * lane_rcp - mean;
-    const float m2 = GroupSum<kWarps>(fmaf(lane_count * d, d, w.y));
-    return {mean - c.value, m2 * inv_hidden};
+  __device__ float Variance(float squares) const {
+    return BlockSum<kThreads>(squares, partial[1]) * inv_hidden;
   }
 };
 
@@ -634,8 +517,7 @@ struct SharedParams {
 // (y, and h when requested). Mean and variance come from the registers by
 // reduce (a WarpReducer or BlockReducer: squares of deviations only, never
 // E[h^2] - E[h]^2, which cancels for rows whose mean is large against their
-// spread); parity alternates between a thread's consecutive rows (the
-// one-barrier reducer's buffers). Requires hidden <= kVecs * kPack * kStride.
+// spread). Requires hidden <= kVecs * kPack * kStride.
 //
 // GeluLnRowFrom takes the row's x and residual already in registers (v and
 // r, 0 past the row and r 0 without a residual) and calls prefetch() once
@@ -646,7 +528,7 @@ template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
           typename Reducer, typename Params, typename Prefetch>
 __device__ __forceinline__ void GeluLnRowFrom(
     const Args& a, int64_t row, int t, float (&v)[kVecs][Io::kPack],
-    const float (&r)[kVecs][Io::kPack], const Reducer& reduce, int parity,
+    const float (&r)[kVecs][Io::kPack], const Reducer& reduce,
     const Params& params, Prefetch&& prefetch) {
   using T = typename Io::T;
   constexpr int kPack = Io::kPack;
@@ -690,28 +572,25 @@ __device__ __forceinline__ void GeluLnRowFrom(
 #pragma unroll
     for (int k = 0; k < kPack; ++k) sum += v[i][k];
   }
-  const auto center = reduce.CenterOf(sum);
+  const float mean = reduce.Mean(sum);
 
-  // v becomes h - center (0 past the row), kept for the normalization.
+  // v becomes h - mean (0 past the row), kept for the normalization.
   float squares = 0.0f;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
-      v[i][k] = L::Inside(i, k, limit) ? v[i][k] - center.value : 0.0f;
+      v[i][k] = L::Inside(i, k, limit) ? v[i][k] - mean : 0.0f;
       squares += v[i][k] * v[i][k];
     }
   }
-  const Moments m = reduce.MomentsOf(center, squares, parity);
   // rsqrtf: MUFU.RSQ, 2 ulp, no slow-path call (see inv_hidden).
-  const float rstd = rsqrtf(m.var + a.eps);
-  // (h - mean) rstd = v rstd - offset rstd: one FMA.
-  const float shift = -m.offset * rstd;
+  const float rstd = rsqrtf(reduce.Variance(squares) + a.eps);
 
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) v[i][k] = fmaf(v[i][k], rstd, shift);
+    for (int k = 0; k < kPack; ++k) v[i][k] *= rstd;
   }
   // y = n gamma + beta, one FMA where both are present.
   if (a.gamma != nullptr && a.beta != nullptr) {
@@ -782,13 +661,13 @@ __device__ __forceinline__ void LoadRow(const Args& a, int64_t row, int t,
 template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
           typename Reducer>
 __device__ __forceinline__ void GeluLnRow(const Args& a, int64_t row, int t,
-                                          const Reducer& reduce, int parity) {
+                                          const Reducer& reduce) {
   float v[kVecs][Io::kPack];
   float r[kVecs][Io::kPack];
   LoadRow<Io, kVecs, kRows, kStride>(a, row, t, v, r);
   GeluLnRowFrom<Io, kVecs, kRows, kTanh, kStride>(
-      a, row, t, v, r, reduce, parity,
-      GlobalParams<Io, kRows, kStride>::Of(a, t), [] {});
+      a, row, t, v, r, reduce, GlobalParams<Io, kRows, kStride>::Of(a, t),
+      [] {});
 }
 
 // A row's x and residual as raw 16-byte packs (vector layout only): what a
@@ -855,7 +734,7 @@ __device__ __forceinline__ bool PipelinedRow(const Args& a, int64_t& row,
   UnpackRawRow<Io>(raw[kBuf], v, r);
   const int64_t next = row + row_step;
   GeluLnRowFrom<Io, kVecs, kRows, kTanh, kStride>(
-      a, row, t, v, r, reduce, kBuf, params, [&] {
+      a, row, t, v, r, reduce, params, [&] {
         if (next < a.rows)
           LoadRawRow<Io, kVecs, kRows, kStride>(a, next, t, raw[1 - kBuf]);
       });
@@ -883,6 +762,78 @@ __device__ __forceinline__ void PipelinedRows(const Args& a, int64_t row,
          PipelinedRow<Io, kVecs, kRows, kTanh, kStride, 1>(
              a, row, row_step, t, raw, reduce, params)) {
   }
+}
+
+// Rows row, row + row_step, ... < a.rows with the next kDepth - 1 rows'
+// x and residual in flight to shared memory by cp.async (LDGSTS), where
+// PipelinedRows holds the next row in registers: a row in flight costs no
+// registers, so blocks of 16-bit rows of 8192 fit two per SM. ring: this
+// block's dynamic shared memory, kRingPacks(kVecs, kStride, kDepth) packs:
+// pack (buffer b, operand o, slot i, thread t) at ((b * 2 + o) * kVecs +
+// i) * kStride + t, so a warp's copies and reads are 512 contiguous bytes.
+// Each thread copies and reads only its own packs: no barrier guards the
+// ring, cp.async.wait_group does. Past the row, or without a residual,
+// the copy zero-fills (0.0 in every dtype).
+template <int kVecs, int kStride, int kDepth>
+inline constexpr int kRingPacks = kDepth * 2 * kVecs* kStride;
+
+template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
+          int kDepth, typename Reducer, typename Params>
+__device__ __forceinline__ void SmemPipelinedRows(const Args& a, int64_t row,
+                                                  int64_t row_step, int t,
+                                                  const Reducer& reduce,
+                                                  const Params& params,
+                                                  uint4* ring) {
+  static_assert(kRows != Rows::kScalar, "16-byte packs");
+  static_assert(kDepth >= 2);
+  using T = typename Io::T;
+  using L = RowLayout<Io::kPack, kRows, kStride>;
+  const int first = L::First(t);
+  const int limit = static_cast<int>(a.hidden) - first;
+  const auto* x = static_cast<const T*>(a.x) + first;
+  const auto* residual = static_cast<const T*>(a.residual);
+  const auto pack = [&](int buf, int operand, int i) {
+    return ring + ((buf * 2 + operand) * kVecs + i) * kStride + t;
+  };
+  // Row r's packs into buffer buf (nothing read past the rows: a group of
+  // zero-filled copies), one commit group per row.
+  const auto issue = [&](int64_t r, int buf) {
+    const bool live = r < a.rows;
+    const int64_t offset = live ? r * a.hidden : 0;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const bool inside = live && L::Inside(i, 0, limit);
+      CpAsync<16>(SharedAddress(pack(buf, 0, i)), x + offset + L::Offset(i, 0),
+                  inside);
+      CpAsync<16>(SharedAddress(pack(buf, 1, i)),
+                  residual != nullptr
+                      ? residual + first + offset + L::Offset(i, 0)
+                      : a.x,
+                  inside && residual != nullptr);
+    }
+    CpAsyncCommit();
+  };
+#pragma unroll
+  for (int d = 0; d < kDepth - 1; ++d) issue(row + d * row_step, d);
+  int buf = 0;
+  for (; row < a.rows; row += row_step) {
+    CpAsyncWait<kDepth - 2>();  // this row's group is complete
+    float v[kVecs][Io::kPack];
+    float r[kVecs][Io::kPack];
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      Io::Unpack(*pack(buf, 0, i), v[i]);
+      Io::Unpack(*pack(buf, 1, i), r[i]);
+    }
+    // The buffer the previous row freed takes the row kDepth - 1 ahead,
+    // once this row's packs are in registers.
+    const int ahead_buf = buf == 0 ? kDepth - 1 : buf - 1;
+    const int64_t ahead = row + (kDepth - 1) * row_step;
+    GeluLnRowFrom<Io, kVecs, kRows, kTanh, kStride>(
+        a, row, t, v, r, reduce, params, [&] { issue(ahead, ahead_buf); });
+    buf = buf == kDepth - 1 ? 0 : buf + 1;
+  }
+  CpAsyncWait<0>();  // no copy outlives the block
 }
 
 }  // namespace coalesce::cuda::gelu_ln

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
   } else {
     for (int64_t row = first; row < a.rows; row += stride) {
       gelu_ln::GeluLnRow<Io, kVecs, kRows, kTanh, 32>(
-          a, row, lane, gelu_ln::WarpReducer{a.inv_hidden}, 0);
+          a, row, lane, gelu_ln::WarpReducer{a.inv_hidden});
     }
   }
 }
