@@ -70,14 +70,19 @@ std::string DeviceKey(const DeviceInfo& d) {
 }
 
 std::string VariantSetVersion(const VariantRegistry& r, OpKind op) {
-  // FNV-1a over the names in registration order.
+  // FNV-1a over the names in registration order, each followed by
+  // "#revision" where the revision is above 0.
   uint64_t h = 1469598103934665603ULL;
-  for (const KernelVariant* v : r.All()) {
-    if (v->op() != op) continue;
-    for (char ch : v->name()) {
+  const auto mix = [&h](absl::string_view bytes) {
+    for (char ch : bytes) {
       h ^= static_cast<unsigned char>(ch);
       h *= 1099511628211ULL;
     }
+  };
+  for (const KernelVariant* v : r.All()) {
+    if (v->op() != op) continue;
+    mix(v->name());
+    if (v->revision() > 0) mix(absl::StrCat("#", v->revision()));
     h ^= 0xff;
     h *= 1099511628211ULL;
   }

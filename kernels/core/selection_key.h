@@ -23,10 +23,11 @@ std::string ShapeKey(const Problem& p);
 // the same name.
 std::string DeviceKey(const DeviceInfo& d);
 
-// A short hash of the names of op's registered variants, in registration
-// order: adding, removing or renaming one of them invalidates the tuned
-// choices for that op, and only for it (a new transpose variant leaves the
-// GEMM entries of a shipped table valid).
+// A short hash of the names (and revisions, KernelVariant::revision) of
+// op's registered variants, in registration order: adding, removing,
+// renaming or revising one of them invalidates the tuned choices for that
+// op, and only for it (a new transpose variant leaves the GEMM entries of a
+// shipped table valid).
 std::string VariantSetVersion(const VariantRegistry& r, OpKind op);
 
 // Every op's version, "transpose=v...,gemm=v...,...": what a tuning file

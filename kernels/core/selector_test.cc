@@ -184,6 +184,49 @@ TEST(SelectionKeyTest, VersionsArePerOp) {
       absl::StrCat("gemm=", VariantSetVersion(r, OpKind::kGemm))));
 }
 
+// A CPU transpose variant at a given revision; it never runs.
+class RevisedTranspose final
+    : public TypedVariant<TransposeProblem, OpKind::kTranspose,
+                          BackendKind::kCpu> {
+ public:
+  explicit RevisedTranspose(int revision) : revision_(revision) {}
+  absl::string_view name() const override { return "transpose.cpu.revised"; }
+  absl::string_view description() const override { return "test only"; }
+  int revision() const override { return revision_; }
+
+ protected:
+  absl::Status CanImplementTyped(const TransposeProblem&,
+                                 const DeviceInfo&) const override {
+    return absl::OkStatus();
+  }
+  absl::Status RunTyped(const TransposeProblem&, const Operands&,
+                        ExecContext&) const override {
+    return absl::UnimplementedError("test only");
+  }
+
+ private:
+  int revision_;
+};
+
+TEST(SelectionKeyTest, ARevisionChangesItsOpsVersionOnly) {
+  std::vector<VariantRegistry> at(3);
+  for (int rev = 0; rev < 3; ++rev) {
+    RegisterCpuVariants(at[rev]);
+    at[rev].Add(std::make_unique<RevisedTranspose>(rev));
+  }
+  const auto version = [&](int rev, OpKind op) {
+    return VariantSetVersion(at[rev], op);
+  };
+  EXPECT_NE(version(0, OpKind::kTranspose), version(1, OpKind::kTranspose));
+  EXPECT_NE(version(1, OpKind::kTranspose), version(2, OpKind::kTranspose));
+  EXPECT_NE(version(0, OpKind::kTranspose), version(2, OpKind::kTranspose));
+  for (OpKind op :
+       {OpKind::kGemm, OpKind::kConvertLayout, OpKind::kGeluLayerNorm}) {
+    EXPECT_EQ(version(0, op), version(1, op)) << OpName(op);
+    EXPECT_EQ(version(0, op), version(2, op)) << OpName(op);
+  }
+}
+
 TEST_F(SelectorTest, IneligibleCachedWinnerFallsThrough) {
   Selector s(backend_.get(), Options());
   const Problem p = Transpose(64, 64);

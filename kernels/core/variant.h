@@ -100,6 +100,13 @@ class KernelVariant {
   virtual absl::string_view description() const = 0;
   virtual OpKind op() const = 0;
   virtual BackendKind backend() const = 0;
+  // Raised (by hand, in the variant's file) when a rewrite changes how fast
+  // the variant runs, so that choices measured before it stop applying: a
+  // revision above 0 enters its op's variant set version
+  // (VariantSetVersion), which sets aside the tuned entries of that op
+  // recorded under the old one and fails the shipped table's test until
+  // the op is swept again. 0 hashes as before revisions existed.
+  virtual int revision() const { return 0; }
   // OK when Run would compute this problem correctly on this device;
   // otherwise UNIMPLEMENTED saying which constraint fails.
   virtual absl::Status CanImplement(const Problem& p,
