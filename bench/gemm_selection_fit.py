@@ -23,6 +23,8 @@ variant with the lowest estimate ran within 10% of the fastest:
   python3 bench/gemm_selection_fit.py --fit           # the regressions behind the constants
   python3 bench/gemm_selection_fit.py --held-out      # seed 8 too (never fitted on)
   python3 bench/gemm_selection_fit.py --write-testdata kernels/cuda/testdata
+  python3 bench/gemm_selection_fit.py --held-out \
+      --sweep bench/results/h200/session9/gemm-tune   # a later sweep's tables
 
 --write-testdata writes gemm_selection_seed7.txt and gemm_selection_seed8.txt
 ("M,N,K<TAB>variant=seconds,..." lines) for selection_estimate_test.
@@ -36,6 +38,14 @@ import sys
 
 SWEEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                      "h200", "selection-sweep")
+
+
+def set_sweep(directory):
+    """Reads the tables from directory instead (--sweep)."""
+    global SWEEP
+    SWEEP = directory
+
+
 TRAIN = (7, "table-heuristic-gemm.txt")
 HELD_OUT = (8, "table-cold-gemm.txt")
 VARIANTS = ("cublaslt", "naive", "smem_tiled", "reg_tiled")
@@ -396,7 +406,11 @@ def main():
     ap.add_argument("--held-out", action="store_true",
                     help="evaluate on seed 8 too")
     ap.add_argument("--write-testdata", metavar="DIR")
+    ap.add_argument("--sweep", metavar="DIR", default=SWEEP,
+                    help="the sweep's tables (default: the fourth session's, "
+                    "%(default)s)")
     args = ap.parse_args()
+    set_sweep(args.sweep)
     train, train_all = measured_shapes(*TRAIN)
     report(TRAIN[0], TRAIN[1], train, train_all)
     if args.fit:
