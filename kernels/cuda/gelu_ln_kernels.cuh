@@ -510,10 +510,55 @@ struct SharedParams {
   }
 };
 
+// RawSharedParams (vector layout, 16-bit types): bias, gamma and beta as
+// this thread's own raw 16-byte packs in shared memory, staged once per
+// block and unpacked per row, at half SharedParams' bytes (3 x 16 bytes per
+// slot and thread). Packs past the row stage as 0.0: bias must be 0 there
+// (see GeluLnRowFrom), and gamma and beta meet only elements never stored.
+// Pack (operand o, slot i, thread t) at (o * kVecs + i) * kStride + t: a
+// warp's loads are 512 contiguous bytes. Each thread reads only what it
+// wrote: no barrier.
+template <typename Io, Rows kRows, int kVecs, int kStride>
+struct RawSharedParams {
+  static_assert(kRows != Rows::kScalar, "16-byte packs");
+  static constexpr int kPacks = 3 * kVecs * kStride;
+  const uint4* smem;  // advanced by t
+  __device__ static RawSharedParams Stage(const Args& a, int t, uint4* smem) {
+    using T = typename Io::T;
+    using L = RowLayout<Io::kPack, kRows, kStride>;
+    const int first = L::First(t);
+    const int limit = static_cast<int>(a.hidden) - first;
+    const void* operands[3] = {a.bias, a.gamma, a.beta};
+#pragma unroll
+    for (int o = 0; o < 3; ++o) {
+      if (operands[o] == nullptr) continue;
+      const T* p = static_cast<const T*>(operands[o]) + first;
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        smem[(o * kVecs + i) * kStride + t] =
+            L::Inside(i, 0, limit)
+                ? __ldg(reinterpret_cast<const uint4*>(p + L::Offset(i, 0)))
+                : make_uint4(0, 0, 0, 0);
+      }
+    }
+    return {smem + t};
+  }
+  __device__ void Bias(int i, float (&v)[Io::kPack]) const {
+    Io::Unpack(smem[i * kStride], v);
+  }
+  __device__ void Gamma(int i, float (&v)[Io::kPack]) const {
+    Io::Unpack(smem[(kVecs + i) * kStride], v);
+  }
+  __device__ void Beta(int i, float (&v)[Io::kPack]) const {
+    Io::Unpack(smem[(2 * kVecs + i) * kStride], v);
+  }
+};
+
 // One row of the fused op by kStride cooperating threads (t is this thread's
 // index among them), the row held in registers: global memory is read once
 // (x, residual; bias, gamma and beta are small and come from L1 or shared
-// memory through params, a GlobalParams or SharedParams) and written once
+// memory through params, a GlobalParams, SharedParams or RawSharedParams)
+// and written once
 // (y, and h when requested). Mean and variance come from the registers by
 // reduce (a WarpReducer or BlockReducer: squares of deviations only, never
 // E[h^2] - E[h]^2, which cancels for rows whose mean is large against their
@@ -767,8 +812,10 @@ __device__ __forceinline__ void PipelinedRows(const Args& a, int64_t row,
 // Rows row, row + row_step, ... < a.rows with the next kDepth - 1 rows'
 // x and residual in flight to shared memory by cp.async (LDGSTS), where
 // PipelinedRows holds the next row in registers: a row in flight costs no
-// registers, so blocks of 16-bit rows of 8192 fit two per SM. ring: this
-// block's dynamic shared memory, kRingPacks(kVecs, kStride, kDepth) packs:
+// registers, so blocks of 16-bit rows of 8192 fit two per SM. Bias, gamma
+// and beta through the params make_params() returns, made once the first
+// rows' copies are issued (as PipelinedRows). ring: kRingPacks(kVecs,
+// kStride, kDepth) packs of this block's dynamic shared memory:
 // pack (buffer b, operand o, slot i, thread t) at ((b * 2 + o) * kVecs +
 // i) * kStride + t, so a warp's copies and reads are 512 contiguous bytes.
 // Each thread copies and reads only its own packs: no barrier guards the
@@ -778,11 +825,11 @@ template <int kVecs, int kStride, int kDepth>
 inline constexpr int kRingPacks = kDepth * 2 * kVecs* kStride;
 
 template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
-          int kDepth, typename Reducer, typename Params>
+          int kDepth, typename Reducer, typename MakeParams>
 __device__ __forceinline__ void SmemPipelinedRows(const Args& a, int64_t row,
                                                   int64_t row_step, int t,
                                                   const Reducer& reduce,
-                                                  const Params& params,
+                                                  MakeParams&& make_params,
                                                   uint4* ring) {
   static_assert(kRows != Rows::kScalar, "16-byte packs");
   static_assert(kDepth >= 2);
@@ -815,6 +862,7 @@ __device__ __forceinline__ void SmemPipelinedRows(const Args& a, int64_t row,
   };
 #pragma unroll
   for (int d = 0; d < kDepth - 1; ++d) issue(row + d * row_step, d);
+  const auto params = make_params();
   int buf = 0;
   for (; row < a.rows; row += row_step) {
     CpAsyncWait<kDepth - 2>();  // this row's group is complete
