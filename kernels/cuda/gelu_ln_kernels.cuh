@@ -520,7 +520,7 @@ struct SharedParams {
 // wrote: no barrier.
 template <typename Io, Rows kRows, int kVecs, int kStride>
 struct RawSharedParams {
-  static_assert(kRows != Rows::kScalar, "16-byte packs");
+  static_assert(Packed(kRows), "16-byte packs");
   static constexpr int kPacks = 3 * kVecs * kStride;
   const uint4* smem;  // advanced by t
   __device__ static RawSharedParams Stage(const Args& a, int t, uint4* smem) {
@@ -831,7 +831,7 @@ __device__ __forceinline__ void SmemPipelinedRows(const Args& a, int64_t row,
                                                   const Reducer& reduce,
                                                   MakeParams&& make_params,
                                                   uint4* ring) {
-  static_assert(kRows != Rows::kScalar, "16-byte packs");
+  static_assert(Packed(kRows), "16-byte packs");
   static_assert(kDepth >= 2);
   using T = typename Io::T;
   using L = RowLayout<Io::kPack, kRows, kStride>;
