@@ -27,6 +27,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/transpose_internal.h"
 
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(kThreads)
   T* s = reinterpret_cast<T*>(smem_raw);
   constexpr int kV = 16 / sizeof(T);
   const int tid = threadIdx.x;
+  WaitForPriorGrid();
   for (int64_t chunk = blockIdx.x; chunk < p.num_chunks; chunk += gridDim.x) {
     const int64_t b = chunk / p.chunks_per_batch;
     const int64_t t0 = (chunk % p.chunks_per_batch) * p.t_len;
@@ -207,6 +209,7 @@ __global__ void __launch_bounds__(kRegsThreads)
   const int64_t unit = warp_unit0 + lane;
   if (warp_unit0 >= units) return;  // whole warps only: __syncwarp below
   const bool valid = unit < units;
+  WaitForPriorGrid();
   uint4* my_stage = stage[threadIdx.x / 32];
   // Flat words f[0 .. 4S), segmented words g[4k .. 4k + 4) of field k.
   uint32_t f[4 * S], g[4 * S];
@@ -299,8 +302,9 @@ absl::Status LaunchSmallDimRegs(const TransposeShape& sh, const void* in,
                   static_cast<unsigned>(std::min<int64_t>(sh.batch, 65535)));
   auto* kernel = flat_in ? SmallDimRegsKernel<kElemBytes, S, true>
                          : SmallDimRegsKernel<kElemBytes, S, false>;
-  kernel<<<grid, block, 0, StreamOf(ctx)>>>(
-      static_cast<const uint4*>(in), static_cast<uint4*>(out), sh.batch, units);
+  LaunchAfterPriorGrid(kernel, grid, block, 0, ctx,
+                       static_cast<const uint4*>(in), static_cast<uint4*>(out),
+                       sh.batch, units);
   RecordLaunch(kernel, grid, block, 0, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
@@ -344,8 +348,8 @@ absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
   const bool vec = (p.long_len * sizeof(T)) % 16 == 0 &&
                    (sh.rows * sh.cols * sizeof(T)) % 16 == 0;
   auto* kernel = vec ? SmallDimKernel<T, true> : SmallDimKernel<T, false>;
-  kernel<<<grid, block, smem, StreamOf(ctx)>>>(static_cast<const T*>(in),
-                                               static_cast<T*>(out), p);
+  LaunchAfterPriorGrid(kernel, grid, block, smem, ctx,
+                       static_cast<const T*>(in), static_cast<T*>(out), p);
   RecordLaunch(kernel, grid, block, smem, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();

@@ -49,6 +49,7 @@
 #include "kernels/core/status_macros.h"
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/transpose_internal.h"
@@ -172,6 +173,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) MbarInit(SharedAddress(&full[s]), 1);
     MbarInitFence();
+  }
+  WaitForPriorGrid();
+  if (tid == 0) {
     for (int64_t i = 0; i < std::min<int64_t>(kStages, count); ++i) issue(i);
   }
   __syncthreads();
@@ -241,8 +245,8 @@ absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
   const dim3 block(kThreads);
   const dim3 grid(static_cast<unsigned>(
       PersistentGrid(kernel, kThreads, G::kSmemBytes, ctx, num_tiles)));
-  kernel<<<grid, block, G::kSmemBytes, StreamOf(ctx)>>>(
-      map, out, s.rows, s.cols, tiles_r, tiles_c, num_tiles);
+  LaunchAfterPriorGrid(kernel, grid, block, G::kSmemBytes, ctx, map, out,
+                       s.rows, s.cols, tiles_r, tiles_c, num_tiles);
   RecordLaunch(kernel, grid, block, G::kSmemBytes, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();

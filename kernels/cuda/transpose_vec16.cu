@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/transpose_internal.h"
 
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(kThreads)
   const int slab = warp % kSlabs;
   const int wgrp = warp / kSlabs;
   const int64_t row_words = kElemBytes == 4 ? rows : rows / 2;
+  WaitForPriorGrid();
 
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
     const int64_t tc = t % tiles_c;
@@ -143,8 +145,8 @@ absl::Status LaunchVec16Typed(const TransposeShape& s, const void* in,
   const dim3 grid(static_cast<unsigned>(
       std::max<int64_t>(1, std::min<int64_t>(num_tiles, 0x7fffffff))));
   auto* kernel = TransposeVec16Kernel<kElemBytes, kWordRows, kCols>;
-  kernel<<<grid, block, 0, StreamOf(ctx)>>>(in, out, s.rows, s.cols, tiles_r,
-                                            tiles_c, num_tiles);
+  LaunchAfterPriorGrid(kernel, grid, block, 0, ctx, in, out, s.rows, s.cols,
+                       tiles_r, tiles_c, num_tiles);
   RecordLaunch(kernel, grid, block, 0, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
