@@ -368,6 +368,74 @@ TEST_F(CudaConformance, ResidentOperandsAreUsedInPlace) {
   EXPECT_GT(ran, 0);
 }
 
+// Transposes there and back, back to back in one stream with no host wait
+// between them, each reading what the one before wrote: the variants
+// launched to overlap the previous kernel (LaunchAfterPriorGrid) must still
+// wait for its writes, and must not overwrite what it still reads. Every
+// transpose variant, float32 and bfloat16, a tiled shape and a small_dim
+// one (3 rows); 16 runs, then the last output against the first input.
+TEST_F(CudaConformance, BackToBackRunsReadTheRunBefore) {
+  const DeviceInfo& dev = backend_->device();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  ExecContext ctx;
+  ctx.stream = stream;
+  ctx.device = &dev;
+  int ran = 0;
+  uint64_t seed = 99;
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    for (const auto& [rows, cols] :
+         {std::pair<int64_t, int64_t>{2048, 1536}, {3, int64_t{1} << 20}}) {
+      TransposeProblem there;
+      there.dtype = t;
+      there.rows = rows;
+      there.cols = cols;
+      TransposeProblem back = there;
+      back.rows = cols;
+      back.cols = rows;
+      const int64_t n = rows * cols;
+      const size_t bytes = n * ElementSize(t);
+      for (const KernelVariant* v :
+           backend_->registry().ForOp(OpKind::kTranspose)) {
+        if (!v->CanImplement(there, dev).ok() ||
+            !v->CanImplement(back, dev).ok()) {
+          continue;
+        }
+        SCOPED_TRACE(
+            absl::StrCat(v->name(), " ", DTypeName(t), " ", rows, "x", cols));
+        void* buf[3] = {};
+        for (void*& b : buf) ASSERT_EQ(cudaMalloc(&b, bytes), cudaSuccess);
+        ASSERT_TRUE(cuda::FillRandomDevice(buf[0], t, n, ++seed, stream).ok());
+        ASSERT_EQ(cudaMemsetAsync(buf[1], 0xff, bytes, stream), cudaSuccess);
+        ASSERT_EQ(cudaMemsetAsync(buf[2], 0xff, bytes, stream), cudaSuccess);
+        for (int i = 0; i < 8; ++i) {
+          Operands ops;
+          ops.inputs = {buf[i == 0 ? 0 : 2]};
+          ops.outputs = {buf[1]};
+          ASSERT_TRUE(v->Run(there, ops, ctx).ok());
+          ops.inputs = {buf[1]};
+          ops.outputs = {buf[2]};
+          ASSERT_TRUE(v->Run(back, ops, ctx).ok());
+        }
+        std::string first(bytes, '\0'), last(bytes, '\0');
+        ASSERT_EQ(cudaMemcpyAsync(first.data(), buf[0], bytes,
+                                  cudaMemcpyDeviceToHost, stream),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemcpyAsync(last.data(), buf[2], bytes,
+                                  cudaMemcpyDeviceToHost, stream),
+                  cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        EXPECT_TRUE(first == last) << "16 transposes did not give the input";
+        for (void* b : buf) cudaFree(b);
+        ++ran;
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
+  EXPECT_GT(ran, 0);
+}
+
 // The launch gate the backend times kernels behind: work queued after a
 // closed gate waits for Open (the timeout here is far longer than the
 // test), every round; a gate nobody opens passes after its timeout.
