@@ -7,6 +7,7 @@
 #             through a server (gpu_data_plane_test) and the CUPTI sampler
 #             (profile_sampling_gpu_test)
 #   sanitize  compute-sanitizer memcheck and racecheck over that suite
+#             (every variant, resident operands, chained transposes)
 #             (COALESCE_CONFORMANCE_OPS=gemm,... limits it to some ops;
 #             SANITIZE_TIMEOUT seconds per tool, default 240)
 #   ncu       Nsight Compute counters (DRAM, instructions, shared-memory
@@ -64,7 +65,7 @@ if has sanitize; then
     echo "== compute-sanitizer --tool $tool"
     timeout "${SANITIZE_TIMEOUT:-240}" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$bin/cuda_conformance_test" --gtest_filter='*EveryVariant*:*Resident*' \
+      "$bin/cuda_conformance_test" --gtest_filter='*EveryVariant*:*Resident*:*BackToBack*' \
       >"$out/sanitizer-$tool.log" 2>&1
     rc=$?
     tail -n 4 "$out/sanitizer-$tool.log"
