@@ -170,12 +170,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
   };
 
+  WaitForPriorGrid();
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) MbarInit(SharedAddress(&full[s]), 1);
     MbarInitFence();
-  }
-  WaitForPriorGrid();
-  if (tid == 0) {
     for (int64_t i = 0; i < std::min<int64_t>(kStages, count); ++i) issue(i);
   }
   __syncthreads();
