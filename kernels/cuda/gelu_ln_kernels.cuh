@@ -510,6 +510,16 @@ struct SharedParams {
   }
 };
 
+// Pack i of a thread's part of a row whose first element is at p (the row's
+// element L::First(t)), read through the read-only path; 0.0 in every dtype
+// past the row (limit: hidden - L::First(t)).
+template <typename L, typename T>
+__device__ __forceinline__ uint4 RawPackOrZero(const T* p, int i, int limit) {
+  return L::Inside(i, 0, limit)
+             ? __ldg(reinterpret_cast<const uint4*>(p + L::Offset(i, 0)))
+             : make_uint4(0, 0, 0, 0);
+}
+
 // RawSharedParams (vector layout, 16-bit types): bias, gamma and beta as
 // this thread's own raw 16-byte packs in shared memory, staged once per
 // block and unpacked per row, at half SharedParams' bytes (3 x 16 bytes per
@@ -535,10 +545,7 @@ struct RawSharedParams {
       const T* p = static_cast<const T*>(operands[o]) + first;
 #pragma unroll
       for (int i = 0; i < kVecs; ++i) {
-        smem[(o * kVecs + i) * kStride + t] =
-            L::Inside(i, 0, limit)
-                ? __ldg(reinterpret_cast<const uint4*>(p + L::Offset(i, 0)))
-                : make_uint4(0, 0, 0, 0);
+        smem[(o * kVecs + i) * kStride + t] = RawPackOrZero<L>(p, i, limit);
       }
     }
     return {smem + t};
@@ -737,9 +744,7 @@ __device__ __forceinline__ void LoadRawRow(const Args& a, int64_t row, int t,
   const uint4 zero = make_uint4(0, 0, 0, 0);  // 0.0 in every dtype
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
-    raw.x[i] = L::Inside(i, 0, limit)
-                   ? __ldg(reinterpret_cast<const uint4*>(x + L::Offset(i, 0)))
-                   : zero;
+    raw.x[i] = RawPackOrZero<L>(x, i, limit);
   }
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
