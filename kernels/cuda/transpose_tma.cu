@@ -35,6 +35,18 @@
 // by 1-8% in 16-bit and at float32 4096^2, and trails it by 0.3-2% on the
 // larger float32 shapes.
 //
+// Early start (inputs past 1.5x the L2, TmaStartsEarly): every block first
+// lets the stream's next kernel be scheduled (AllowNextGrid), then asks the
+// L2 for each 128-byte line of its first kStages tiles and only then waits
+// for the previous kernel. Back to back, the next launch's blocks take the
+// SM slots this one's last blocks free and fetch their first tiles while
+// those blocks finish, so the DRAM stays busy across the kernel boundary.
+// H200 A/B (bench/results/h200/session13/early-start-ab/), back to back:
+// 2.2-3.0% faster on float32 and bfloat16 8192^2 and 4096x12288, 0.3-0.7%
+// on 16384^2; per launch within 1%. On 4096^2 (inputs of 34 and 67 MB, the
+// L2 is 60) it was 4.3% slower back to back in bfloat16 and 8% per launch,
+// 2% in float32 (session13/early-start-everywhere/), so it is off there.
+//
 // Edges: the TMA zero-fills what lies past the matrix and the expected
 // transaction bytes are whole boxes; stores are predicated per 16-byte
 // piece, which TransposeSupports' divisibility (as vec16's) keeps wholly
@@ -132,8 +144,9 @@ struct TileCoord {
 template <int kElemBytes>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     TransposeTmaKernel(const __grid_constant__ CUtensorMap map,
-                       void* __restrict__ out_v, int64_t rows, int64_t cols,
-                       int64_t tiles_r, int64_t tiles_c, int64_t num_tiles) {
+                       const void* __restrict__ in_v, void* __restrict__ out_v,
+                       int64_t rows, int64_t cols, int64_t tiles_r,
+                       int64_t tiles_c, int64_t num_tiles, bool early) {
   using G = Geometry<kElemBytes>;
   using T = typename G::T;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -170,6 +183,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
   };
 
+  if (early) {
+    AllowNextGrid();
+    // Each 128-byte line (half a tile row) of the first stages' tiles, once.
+    const int64_t lines = std::min<int64_t>(kStages, count) * G::kTileRows * 2;
+    for (int64_t j = tid; j < lines; j += kThreads) {
+      const TileCoord c = tile_of(j / (2 * G::kTileRows));
+      const int64_t row = c.tr * G::kTileRows + (j / 2) % G::kTileRows;
+      const int64_t col = c.tc * G::kTileCols + (j % 2) * G::kBoxCols;
+      if (row < rows && col < cols) {
+        PrefetchL2(static_cast<const T*>(in_v) + c.b * rows * cols +
+                   row * cols + col);
+      }
+    }
+  }
   WaitForPriorGrid();
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) MbarInit(SharedAddress(&full[s]), 1);
@@ -218,6 +245,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
+// Whether tma takes the early start (file comment): where the input is past
+// 1.5x the device's L2, between the 67 MB input that lost and the 100 MB
+// one that gained on the H200.
+bool TmaStartsEarly(const TransposeShape& s, const ExecContext& ctx) {
+  const int64_t l2 = ctx.device != nullptr ? ctx.device->l2_cache_bytes : 0;
+  return l2 > 0 && 2 * s.batch * s.rows * s.cols * s.elem_bytes > 3 * l2;
+}
+
 template <int kElemBytes>
 absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
                             ExecContext& ctx) {
@@ -243,8 +278,9 @@ absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
   const dim3 block(kThreads);
   const dim3 grid(static_cast<unsigned>(
       PersistentGrid(kernel, kThreads, G::kSmemBytes, ctx, num_tiles)));
-  LaunchAfterPriorGrid(kernel, grid, block, G::kSmemBytes, ctx, map, out,
-                       s.rows, s.cols, tiles_r, tiles_c, num_tiles);
+  LaunchAfterPriorGrid(kernel, grid, block, G::kSmemBytes, ctx, map, in, out,
+                       s.rows, s.cols, tiles_r, tiles_c, num_tiles,
+                       TmaStartsEarly(s, ctx));
   RecordLaunch(kernel, grid, block, G::kSmemBytes, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
