@@ -62,6 +62,34 @@ __global__ void __launch_bounds__(kThreads)
   const int slab = warp % kSlabs;
   const int wgrp = warp / kSlabs;
   const int64_t row_words = kElemBytes == 4 ? rows : rows / 2;
+  if constexpr (kElemBytes == 4 && kWordRows == 64 && kCols == 32) {
+    // Early start, as tma's: let the next kernel be scheduled and ask the
+    // L2 for this block's tile (a line per 8 lanes) before the wait. H200
+    // A/B (bench/results/h200/session13/vec16-early-start/), back to back:
+    // 16% faster at float32 1024^2, 5.5% on NCHW -> NHWC [8,512,28,28],
+    // 1.5-2.7% on 4096^2, 8192^2, 32x1024^2 and the [64,256,56,56]
+    // layouts, equal on NHWC -> NCHW [8,28,28,512]. Not on the other tiles
+    // (the diff there tried them all): 64-column float32 tiles were 12%
+    // slower at 1024^2 and 1.6% at 4096^2; 16-bit ones gained 1.6-5% below
+    // 4 MB but lost 1.4-7.6% from 8192^2 up.
+    AllowNextGrid();
+    const int64_t t = blockIdx.x;
+    const int row = wgrp * kWarpWordRows + lane / 8;
+    const int col = slab * 32 + 4 * (lane % 8);
+    if (t < num_tiles && lane % 8 == 0) {
+      const int64_t tc = t % tiles_c;
+      const int64_t tr = (t / tiles_c) % tiles_r;
+      const int64_t b = t / (tiles_c * tiles_r);
+      const T* src = in + b * rows * cols;
+#pragma unroll
+      for (int pass = 0; pass < kLoadPasses; ++pass) {
+        const int64_t r =
+            tr * kElemRows + pass * kWarpsPerSlab * kWarpWordRows + row;
+        const int64_t c = tc * kCols + col;
+        if (r < rows && c < cols) PrefetchL2(src + r * cols + c);
+      }
+    }
+  }
   WaitForPriorGrid();
 
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
