@@ -15,6 +15,7 @@
 // copy of the same bytes timed the same two ways (Backend::BenchmarkCopy,
 // where the backend has one). Prints a table and writes JSON that
 // bench/report.py turns into docs/PERFORMANCE.md rows.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -50,9 +51,10 @@ ABSL_FLAG(std::string, variants, "",
           "only variants whose name contains one of these (comma-separated; "
           "a trailing $ asks for that exact name)");
 ABSL_FLAG(std::string, shape, "",
-          "kernels mode: only cases of this shape, as printed (e.g. "
-          "1,8192,8192), or that shape alone where the preset lacks it "
-          "(transpose B,M,N; gemm B,M,N,K; gelu_layer_norm ROWS,H); service "
+          "kernels mode: only cases of these shapes, as printed, separated "
+          "by ':' (e.g. 1,8192,8192:32,3,224,224), or a shape alone where "
+          "the op's preset lacks it (transpose B,M,N; gemm B,M,N,K; "
+          "gelu_layer_norm ROWS,H); service "
           "mode: the input tensor's shape (e.g. 4096,4096), overriding the "
           "one derived from --bytes");
 ABSL_FLAG(int, reps, 30, "timed repetitions (median reported)");
@@ -300,18 +302,27 @@ int Main(int argc, char** argv) {
     const KernelVariant* v;
   };
   std::vector<Job> jobs;
-  const std::string only = absl::GetFlag(FLAGS_shape);
+  // --shape: shapes separated by ':'; each picks the preset's cases of that
+  // shape, or is a case of its own for an op whose preset lacks it.
+  const std::vector<std::string> only =
+      absl::StrSplit(absl::GetFlag(FLAGS_shape), ':', absl::SkipEmpty());
+  std::vector<bool> shape_used(only.size(), false);
   for (OpKind op : ops) {
     for (DType t : dtypes) {
       std::vector<Case> cases;
+      std::vector<bool> in_preset(only.size(), false);
       for (Case& c : Cases(op, t, absl::GetFlag(FLAGS_preset))) {
-        if (only.empty() || absl::StrJoin(ShapeOf(c.problem), ",") == only) {
-          cases.push_back(std::move(c));
-        }
+        const auto it = std::find(only.begin(), only.end(),
+                                  absl::StrJoin(ShapeOf(c.problem), ","));
+        if (it != only.end()) in_preset[it - only.begin()] = true;
+        if (only.empty() || it != only.end()) cases.push_back(std::move(c));
       }
-      if (!only.empty() && cases.empty()) {
-        if (std::optional<Case> c = CaseOfShape(op, t, only)) {
+      for (size_t k = 0; k < only.size(); ++k) {
+        if (in_preset[k]) {
+          shape_used[k] = true;
+        } else if (std::optional<Case> c = CaseOfShape(op, t, only[k])) {
           cases.push_back(*std::move(c));
+          shape_used[k] = true;
         }
       }
       for (Case& c : cases) {
@@ -331,6 +342,17 @@ int Main(int argc, char** argv) {
           if (keep) jobs.push_back({c, v});
         }
       }
+    }
+  }
+
+  for (size_t k = 0; k < only.size(); ++k) {
+    if (!shape_used[k]) {
+      std::fprintf(stderr,
+                   "--shape: '%s' is no case of --ops=%s (preset %s; "
+                   "transpose B,M,N, gemm B,M,N,K, gelu_layer_norm ROWS,H)\n",
+                   only[k].c_str(), absl::GetFlag(FLAGS_ops).c_str(),
+                   absl::GetFlag(FLAGS_preset).c_str());
+      return 2;
     }
   }
 

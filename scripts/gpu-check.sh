@@ -33,14 +33,16 @@
 #             (on the ops in ab/NAME/conformance-ops, else on
 #             COALESCE_CONFORMANCE_OPS), then the bench flags AB_ROUNDS
 #             times (default 2), the builds alternating (AB_NAMES: a subset,
-#             in order); bench/ab_report.py tables each build's best times
+#             in order; --shape=A:B:... in the bench flags keeps a few
+#             cases, across ops); bench/ab_report.py tables each build's best times
 #             against the first build's, marks FAIL where a build's output
 #             failed the bench's check, and then fails the call. With
 #             AB_DEADLINE=SECONDS (since the script started), a bench run
 #             that would start later is skipped and the report covers the
 #             runs made, so a call's time limit does not take them all.
-#             The conformance suites take ~75 s per build for transpose
-#             and convert_layout: COALESCE_CONFORMANCE_VARIANTS narrows them
+#             The conformance suites take ~5 s per build for transpose
+#             and convert_layout, ~90 s for every op (H200):
+#             COALESCE_CONFORMANCE_OPS / _VARIANTS narrow them
 # Never touches clocks, power or MIG settings.
 set -uo pipefail
 out=${1:?usage: gpu-check.sh OUT_DIR [STEPS] [bench flags]}
