@@ -70,8 +70,8 @@ __global__ void __launch_bounds__(kThreads)
     // 1.5-2.7% on 4096^2, 8192^2, 32x1024^2 and the [64,256,56,56]
     // layouts, equal on NHWC -> NCHW [8,28,28,512]. Not on the other tiles
     // (the diff there tried them all): 64-column float32 tiles were 12%
-    // slower at 1024^2 and 1.6% at 4096^2; 16-bit ones gained 1.6-5% below
-    // 4 MB but lost 1.4-7.6% from 8192^2 up.
+    // slower at 1024^2 and 1.6% at 4096^2; 16-bit ones gained 1.6-5% up
+    // to 6.4 MB but lost 1.4-7.6% from 8192^2 up.
     AllowNextGrid();
     const int64_t t = blockIdx.x;
     const int row = wgrp * kWarpWordRows + lane / 8;
