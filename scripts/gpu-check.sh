@@ -40,6 +40,9 @@
 #             AB_DEADLINE=SECONDS (since the script started), a bench run
 #             that would start later is skipped and the report covers the
 #             runs made, so a call's time limit does not take them all.
+#             AB_SANITIZE=1 runs each build's suite under compute-sanitizer
+#             memcheck and racecheck too (as the sanitize step; with
+#             COALESCE_CONFORMANCE_MAX_BYTES=2097152 it takes seconds).
 #             The conformance suites take ~5 s per build for transpose
 #             and convert_layout, ~90 s for every op (H200):
 #             COALESCE_CONFORMANCE_OPS / _VARIANTS narrow them
@@ -67,18 +70,23 @@ if has tests; then
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi
-if has sanitize; then
+# compute-sanitizer memcheck and racecheck over a conformance binary ($1),
+# logs named $out/$2-TOOL.log.
+sanitize() {
   for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool"
+    echo "== compute-sanitizer --tool $tool ($1)"
     timeout "${SANITIZE_TIMEOUT:-240}" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$bin/cuda_conformance_test" --gtest_filter='*EveryVariant*:*Resident*:*BackToBack*' \
-      >"$out/sanitizer-$tool.log" 2>&1
+      "$1" --gtest_filter='*EveryVariant*:*Resident*:*BackToBack*' \
+      >"$out/$2-$tool.log" 2>&1
     rc=$?
-    tail -n 4 "$out/sanitizer-$tool.log"
+    tail -n 4 "$out/$2-$tool.log"
     echo "compute-sanitizer $tool exit code: $rc"
     [ $rc -eq 0 ] || status=1
   done
+}
+if has sanitize; then
+  sanitize "$bin/cuda_conformance_test" sanitizer
 fi
 if has ncu; then
   # One launch each of the transposes and layout kernels the targets hinge
@@ -205,6 +213,7 @@ if has ab; then
       "ab/$n/cuda_conformance_test" --gtest_filter='*EveryVariant*' 2>&1 |
       tail -n 3 | tee "$out/ab-$n-tests.log" | sed "s/^/$n: /"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    [ -z "${AB_SANITIZE:-}" ] || sanitize "ab/$n/cuda_conformance_test" "ab-$n-sanitizer"
   done
   reports=()
   for r in $(seq 1 "${AB_ROUNDS:-2}"); do
