@@ -209,11 +209,14 @@ if has ab; then
   for n in $names; do
     [ -x "ab/$n/cuda_conformance_test" ] || continue
     ops=$(cat "ab/$n/conformance-ops" 2>/dev/null || true)
-    COALESCE_CONFORMANCE_OPS=${ops:-${COALESCE_CONFORMANCE_OPS:-}} \
+    ops=${ops:-${COALESCE_CONFORMANCE_OPS:-}}
+    COALESCE_CONFORMANCE_OPS=$ops \
       "ab/$n/cuda_conformance_test" --gtest_filter='*EveryVariant*' 2>&1 |
       tail -n 3 | tee "$out/ab-$n-tests.log" | sed "s/^/$n: /"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    [ -z "${AB_SANITIZE:-}" ] || sanitize "ab/$n/cuda_conformance_test" "ab-$n-sanitizer"
+    if [ -n "${AB_SANITIZE:-}" ]; then
+      COALESCE_CONFORMANCE_OPS=$ops sanitize "ab/$n/cuda_conformance_test" "ab-$n-sanitizer"
+    fi
   done
   reports=()
   for r in $(seq 1 "${AB_ROUNDS:-2}"); do
