@@ -77,7 +77,7 @@ sanitize() {
     echo "== compute-sanitizer --tool $tool ($1)"
     timeout "${SANITIZE_TIMEOUT:-240}" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$1" --gtest_filter='*EveryVariant*:*Resident*:*BackToBack*' \
+      "$1" --gtest_filter='*EveryVariant*:*Resident*:*BackToBack*:*CopyKernels*' \
       >"$out/$2-$tool.log" 2>&1
     rc=$?
     tail -n 4 "$out/$2-$tool.log"
@@ -211,7 +211,7 @@ if has ab; then
     ops=$(cat "ab/$n/conformance-ops" 2>/dev/null || true)
     ops=${ops:-${COALESCE_CONFORMANCE_OPS:-}}
     COALESCE_CONFORMANCE_OPS=$ops \
-      "ab/$n/cuda_conformance_test" --gtest_filter='*EveryVariant*' 2>&1 |
+      "ab/$n/cuda_conformance_test" --gtest_filter='*EveryVariant*:*CopyKernels*' 2>&1 |
       tail -n 3 | tee "$out/ab-$n-tests.log" | sed "s/^/$n: /"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     if [ -n "${AB_SANITIZE:-}" ]; then

@@ -272,6 +272,55 @@ TEST_F(CudaConformance, SameSizeCopyIsTimedBothWays) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Every copy kernel the ceilings are taken from copies every byte, tails of
+// 1-15 bytes included, and chained back to back (a -> b -> a ..., config 2
+// a programmatic dependent launch that prefetches before it waits) each
+// copy reads what the one before it wrote.
+TEST_F(CudaConformance, CopyKernelsCopyEveryByteBackToBack) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  uint32_t state = 4242;
+  for (int64_t bytes : {int64_t{1}, int64_t{15}, int64_t{16},
+                        int64_t{4096 * 16 + 7}, (int64_t{24} << 20) + 5}) {
+    std::string want(bytes, '\0');
+    for (char& c : want) {
+      state = state * 1664525u + 1013904223u;
+      c = static_cast<char>(state >> 24);
+    }
+    for (int config = 0; config < cuda::kCopyConfigs; ++config) {
+      SCOPED_TRACE(absl::StrCat("config ", config, ", ", bytes, " bytes"));
+      void* buf[2] = {};
+      for (void*& b : buf) ASSERT_EQ(cudaMalloc(&b, bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(buf[0], want.data(), bytes,
+                                cudaMemcpyHostToDevice, stream),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(buf[1], 0xff, bytes, stream), cudaSuccess);
+      for (int i = 0; i < 8; ++i) {
+        ASSERT_TRUE(
+            cuda::LaunchCopy(config, buf[i % 2], buf[1 - i % 2], bytes, stream)
+                .ok());
+        if (i == 0) {
+          // Poison the source once it is copied: the chain's later copies
+          // must read what the copies before them wrote.
+          ASSERT_EQ(cudaMemsetAsync(buf[0], 0x5a, bytes, stream), cudaSuccess);
+        }
+      }
+      std::string got(bytes, '\0');
+      ASSERT_EQ(cudaMemcpyAsync(got.data(), buf[0], bytes,
+                                cudaMemcpyDeviceToHost, stream),
+                cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_TRUE(got == want);
+      for (void* b : buf) cudaFree(b);
+    }
+  }
+  EXPECT_EQ(
+      cuda::LaunchCopy(cuda::kCopyConfigs, nullptr, nullptr, 16, stream).code(),
+      absl::StatusCode::kInvalidArgument);
+  cudaStreamDestroy(stream);
+}
+
 // Resident (device) memory: a tensor larger than two staging chunks copied
 // in and out by uneven pieces at offsets, and every transpose variant run
 // on it in place, output resident or host, bit-exact against the host.

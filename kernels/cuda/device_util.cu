@@ -11,6 +11,8 @@
 #include "kernels/core/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.h"
+#include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/launch.h"
 
 namespace coalesce::cuda {
 namespace {
@@ -29,13 +31,31 @@ __device__ __forceinline__ void CopyTail(const uint4* __restrict__ in,
 
 // Four independent 16-byte loads in flight per thread before the stores:
 // enough bytes in flight to saturate HBM (Little's law), as a tuned copy does.
+// kEarly (launched with LaunchAfterPriorGrid): the early start of the
+// transposes (grid_dependency.cuh), so that the copy ceiling of a case is
+// timed as its kernels are: every block lets the stream's next kernel be
+// scheduled, asks the L2 for the lines of its first loads, then waits for
+// the previous kernel.
+template <bool kEarly>
 __global__ void CopyKernel(const uint4* __restrict__ in,
                            uint4* __restrict__ out, int64_t n, int tail) {
-  CopyTail(in, out, n, tail);
   constexpr int kUnroll = 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       i < n; i += stride * kUnroll) {
+  const int64_t first =
+      blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if constexpr (kEarly) {
+    AllowNextGrid();
+    // One lane in 8 covers the 128-byte line of its 8 neighbours' vectors.
+    if (threadIdx.x % 8 == 0) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (first + u * stride < n) PrefetchL2(in + first + u * stride);
+      }
+    }
+    WaitForPriorGrid();
+  }
+  CopyTail(in, out, n, tail);
+  for (int64_t i = first; i < n; i += stride * kUnroll) {
     uint4 v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -120,7 +140,7 @@ absl::Status LaunchCopy(int config, const void* in, void* out, int64_t bytes,
   const auto* src = static_cast<const uint4*>(in);
   auto* dst = static_cast<uint4*>(out);
   constexpr int kThreads = 256;
-  if (config == 0) {
+  if (config != 1) {
     // A device attribute read is a lookup in the runtime's cache, cheap
     // enough for every launch (and allowed while a stream is captured).
     int sms = 0, dev = 0;
@@ -128,7 +148,13 @@ absl::Status LaunchCopy(int config, const void* in, void* out, int64_t bytes,
     COALESCE_CUDA_RETURN_IF_ERROR(
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     // Enough resident blocks to fill every SM several times over.
-    CopyKernel<<<sms * 8, kThreads, 0, stream>>>(src, dst, n, tail);
+    const dim3 grid(sms * 8);
+    if (config == 0) {
+      CopyKernel<false><<<grid, kThreads, 0, stream>>>(src, dst, n, tail);
+    } else {
+      LaunchAfterPriorGrid(CopyKernel<true>, grid, dim3(kThreads), 0, stream,
+                           src, dst, n, tail);
+    }
   } else {
     // At least one block, for a copy of the tail alone.
     const int64_t blocks = std::max<int64_t>(1, (n + kThreads - 1) / kThreads);

@@ -17,11 +17,13 @@
 
 namespace coalesce::cuda {
 
-// The copy kernels, two common shapes of a 16-byte-vector copy: config 0
+// The copy kernels, common shapes of a 16-byte-vector copy: config 0
 // loops over the data with sms * 8 blocks, config 1 launches one thread per
-// vector. Neither is best everywhere, so a copy ceiling is the better of the
-// two.
-constexpr int kCopyConfigs = 2;
+// vector, config 2 is config 0 launched as the transposes are (a
+// programmatic dependent launch that starts early: launch.h,
+// grid_dependency.cuh). None is best everywhere, so a copy ceiling is the
+// best of them.
+constexpr int kCopyConfigs = 3;
 
 // Enqueues a copy of `bytes` from in to out on stream with copy kernel
 // `config` (in [0, kCopyConfigs)); in and out 16-byte aligned, any bytes >= 0

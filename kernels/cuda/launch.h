@@ -59,15 +59,15 @@ inline cudaStream_t StreamOf(const ExecContext& ctx) {
   return static_cast<cudaStream_t>(ctx.stream);
 }
 
-// kernel<<<grid, block, smem_bytes, ctx's stream>>>(args...) as a
-// programmatic dependent launch: on sm_90 the kernel may be scheduled
-// before the stream's previous kernel has completed, which hides its launch
-// latency behind that kernel's last blocks when kernels run back to back.
-// kernel must call WaitForPriorGrid() (grid_dependency.cuh) before it
-// touches global memory. Launch errors surface as for <<<>>>.
+// kernel<<<grid, block, smem_bytes, stream>>>(args...) as a programmatic
+// dependent launch: on sm_90 the kernel may be scheduled before the stream's
+// previous kernel has completed, which hides its launch latency behind that
+// kernel's last blocks when kernels run back to back. kernel must call
+// WaitForPriorGrid() (grid_dependency.cuh) before it touches global memory.
+// Launch errors surface as for <<<>>>.
 template <typename... Params, typename... Args>
 void LaunchAfterPriorGrid(void (*kernel)(Params...), dim3 grid, dim3 block,
-                          size_t smem_bytes, const ExecContext& ctx,
+                          size_t smem_bytes, cudaStream_t stream,
                           Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -76,11 +76,20 @@ void LaunchAfterPriorGrid(void (*kernel)(Params...), dim3 grid, dim3 block,
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
-  config.stream = StreamOf(ctx);
+  config.stream = stream;
   config.attrs = attr;
   config.numAttrs = 1;
   // The error is the one cudaGetLastError reports after the launch.
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The same on ctx's stream.
+template <typename... Params, typename... Args>
+void LaunchAfterPriorGrid(void (*kernel)(Params...), dim3 grid, dim3 block,
+                          size_t smem_bytes, const ExecContext& ctx,
+                          Args&&... args) {
+  LaunchAfterPriorGrid(kernel, grid, block, smem_bytes, StreamOf(ctx),
+                       std::forward<Args>(args)...);
 }
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
