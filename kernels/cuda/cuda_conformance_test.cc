@@ -424,7 +424,8 @@ TEST_F(CudaConformance, ResidentOperandsAreUsedInPlace) {
 // wait for its writes, and must not overwrite what it still reads. Every
 // transpose variant, float32 and bfloat16, a tiled shape, a small_dim one
 // (3 rows) and one whose input is past 1.5x the L2, where tma's blocks
-// prefetch their first tiles before the wait (TmaStartsEarly); 16 runs,
+// prefetch every stage's tile before the wait, not only the first
+// (TmaPrefetchesEveryStage); 16 runs,
 // then the last output against the first input. The variants and the
 // large shape obey COALESCE_CONFORMANCE_VARIANTS and _MAX_BYTES.
 TEST_F(CudaConformance, BackToBackRunsReadTheRunBefore) {

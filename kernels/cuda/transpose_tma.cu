@@ -1,12 +1,12 @@
 // Transpose with the Hopper tensor memory accelerator (TMA) on the read
-// side: a persistent block keeps kStages input tiles in flight (64 KB), each
-// one two cp.async.bulk.tensor boxes, while its threads transpose the tile
-// that has landed and store it with 16-byte writes.
+// side: a persistent block keeps kStages input tiles in flight (64 or 96
+// KB), each one two cp.async.bulk.tensor boxes, while its threads transpose the
+// tile that has landed and store it with 16-byte writes.
 //
 // Why: vec16 stages each tile through registers, so a block has one tile's
 // loads in flight and waits for them (ncu, bfloat16 4096^2: 41% issue
 // active, long-scoreboard stalls dominant). Here loads cost no registers or
-// thread instructions, and every block has 2 (16-bit) or 4 (float32) tiles
+// thread instructions, and every block has 3 (16-bit) or 4 (float32) tiles
 // requested ahead of the one it transposes.
 //
 // Tile: 256 bytes both ways, as vec16_wide's float32 tile: 128 rows x 128
@@ -35,17 +35,26 @@
 // by 1-8% in 16-bit and at float32 4096^2, and trails it by 0.3-2% on the
 // larger float32 shapes.
 //
-// Early start (inputs past 1.5x the L2, TmaStartsEarly): every block first
-// lets the stream's next kernel be scheduled (AllowNextGrid), then asks the
-// L2 for each 128-byte line of its first kStages tiles and only then waits
-// for the previous kernel. Back to back, the next launch's blocks take the
-// SM slots this one's last blocks free and fetch their first tiles while
-// those blocks finish, so the DRAM stays busy across the kernel boundary.
-// H200 A/B (bench/results/h200/session13/early-start-ab/), back to back:
-// 2.2-3.0% faster on float32 and bfloat16 8192^2 and 4096x12288, 0.3-0.7%
-// on 16384^2; per launch within 1%. On 4096^2 (inputs of 34 and 67 MB, the
-// L2 is 60) it was 4.3% slower back to back in bfloat16 and 8% per launch,
-// 2% in float32 (session13/early-start-everywhere/), so it is off there.
+// Early start: every block first lets the stream's next kernel be
+// scheduled (AllowNextGrid), then asks the L2 for each 128-byte line of its
+// first tile, or of its first kStages tiles where the input is past 1.5x
+// the L2 (TmaPrefetchesEveryStage), and only then waits for the previous
+// kernel. Back to back, the next launch's blocks take the SM slots this
+// one's last blocks free and fetch their first tiles while those blocks
+// finish, so the DRAM stays busy across the kernel boundary. H200 A/Bs,
+// back to back:
+// - every stage, past 1.5x the L2 (bench/results/h200/session13/
+//   early-start-ab/): 2.2-3.0% faster on float32 and bfloat16 8192^2 and
+//   4096x12288, 0.3-0.7% on 16384^2, per launch within 1%. Every stage at
+//   4096^2 (inputs of 34 and 67 MB, the L2 is 60) was 4.3-5.5% slower in
+//   bfloat16 and 8-10% per launch (session13/early-start-everywhere/,
+//   session14/tma-prefetch-depth/): in ncu (one launch alone) the same
+//   DRAM bytes, but 19-39% more L2 lookup misses and 2.5 us more.
+// - the first tile only, at 4096^2 (session14/tma-prefetch-depth/, 2 stages
+//   in 16-bit then): 2.7% (bfloat16) and 3.6% (float32) faster than no
+//   early start; it was 1.4-2.6% slower than every stage on the larger
+//   shapes. Below 1.5x the L2 it is 10-15% faster at 1024^2 and within 0.5%
+//   at 32x1024^2 (session14/tma-stages/).
 //
 // Edges: the TMA zero-fills what lies past the matrix and the expected
 // transaction bytes are whole boxes; stores are predicated per 16-byte
@@ -74,10 +83,6 @@ constexpr int kThreads = 256;
 constexpr int kBoxRowBytes = 128;  // the 128-byte swizzle's span
 constexpr int kBoxes = 2;          // side by side: 256-byte row segments
 constexpr int kChunks = kBoxes * kBoxRowBytes / 16;
-// 64 KB of stages per block (see Geometry) and 3 blocks per SM: 24 warps
-// and 12 to 24 tiles in flight. The bound also keeps ptxas from the 64
-// registers and a spill it chose without one.
-constexpr int kBlocksPerSm = 3;
 // Swizzled TMA destinations: 1024-byte aligned. Dynamic shared memory is
 // only guaranteed 16, so the kernel rounds its base up and asks for the
 // slack.
@@ -97,7 +102,14 @@ struct Geometry {
   static constexpr int kUnitsPerThread = kGroups * kChunks / kThreads;
   static constexpr int kBoxBytes = kTileRows * kBoxRowBytes;
   static constexpr int kTileBytes = kBoxes * kBoxBytes;  // 16 or 32 KB
-  static constexpr int kStages = 65536 / kTileBytes;     // 4 or 2
+  // Stages of 64 KB a block and 3 blocks an SM in float32 (24 warps, 12
+  // tiles in flight an SM); 96 KB and 2 blocks in 16-bit (6 tiles), where
+  // 64 KB and 3 blocks (2 stages) ran 0.4-5% slower back to back on the
+  // H200, the most at 4096^2 (bench/results/h200/session14/tma-stages/,
+  // with the early start as below). The bound also keeps ptxas from the 64
+  // registers and a spill it chose without one.
+  static constexpr int kStages = kElemBytes == 4 ? 4 : 3;
+  static constexpr int kBlocksPerSm = kElemBytes == 4 ? 3 : 2;
   static constexpr int kSmemBytes = kSmemAlign + kStages * kTileBytes;
   static_assert(kGroups % 8 == 0, "s % 8 == g % 8 needs whole 8-row sets");
   static_assert(kLanesPerChunk <= 32 && kUnitsPerThread >= 1, "layout");
@@ -142,11 +154,11 @@ struct TileCoord {
 };
 
 template <int kElemBytes>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, Geometry<kElemBytes>::kBlocksPerSm)
     TransposeTmaKernel(const __grid_constant__ CUtensorMap map,
                        const void* __restrict__ in_v, void* __restrict__ out_v,
                        int64_t rows, int64_t cols, int64_t tiles_r,
-                       int64_t tiles_c, int64_t num_tiles, bool early) {
+                       int64_t tiles_c, int64_t num_tiles, int prefetch_tiles) {
   using G = Geometry<kElemBytes>;
   using T = typename G::T;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -183,18 +195,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
   };
 
-  if (early) {
-    AllowNextGrid();
-    // Each 128-byte line (half a tile row) of the first stages' tiles, once.
-    const int64_t lines = std::min<int64_t>(kStages, count) * G::kTileRows * 2;
-    for (int64_t j = tid; j < lines; j += kThreads) {
-      const TileCoord c = tile_of(j / (2 * G::kTileRows));
-      const int64_t row = c.tr * G::kTileRows + (j / 2) % G::kTileRows;
-      const int64_t col = c.tc * G::kTileCols + (j % 2) * G::kBoxCols;
-      if (row < rows && col < cols) {
-        PrefetchL2(static_cast<const T*>(in_v) + c.b * rows * cols +
-                   row * cols + col);
-      }
+  AllowNextGrid();
+  // Each 128-byte line (half a tile row) of the first tiles, once.
+  const int64_t lines =
+      std::min<int64_t>(prefetch_tiles, count) * G::kTileRows * 2;
+  for (int64_t j = tid; j < lines; j += kThreads) {
+    const TileCoord c = tile_of(j / (2 * G::kTileRows));
+    const int64_t row = c.tr * G::kTileRows + (j / 2) % G::kTileRows;
+    const int64_t col = c.tc * G::kTileCols + (j % 2) * G::kBoxCols;
+    if (row < rows && col < cols) {
+      PrefetchL2(static_cast<const T*>(in_v) + c.b * rows * cols + row * cols +
+                 col);
     }
   }
   WaitForPriorGrid();
@@ -245,10 +256,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-// Whether tma takes the early start (file comment): where the input is past
-// 1.5x the device's L2, between the 67 MB input that lost and the 100 MB
-// one that gained on the H200.
-bool TmaStartsEarly(const TransposeShape& s, const ExecContext& ctx) {
+// Whether tma's early start prefetches every stage's tile rather than the
+// first (file comment): where the input is past 1.5x the device's L2,
+// between the 67 MB input where it lost and the 100 MB one where it gained
+// on the H200.
+bool TmaPrefetchesEveryStage(const TransposeShape& s, const ExecContext& ctx) {
   const int64_t l2 = ctx.device != nullptr ? ctx.device->l2_cache_bytes : 0;
   return l2 > 0 && 2 * s.batch * s.rows * s.cols * s.elem_bytes > 3 * l2;
 }
@@ -280,7 +292,7 @@ absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
       PersistentGrid(kernel, kThreads, G::kSmemBytes, ctx, num_tiles)));
   LaunchAfterPriorGrid(kernel, grid, block, G::kSmemBytes, ctx, map, in, out,
                        s.rows, s.cols, tiles_r, tiles_c, num_tiles,
-                       TmaStartsEarly(s, ctx));
+                       TmaPrefetchesEveryStage(s, ctx) ? G::kStages : 1);
   RecordLaunch(kernel, grid, block, G::kSmemBytes, ctx);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
