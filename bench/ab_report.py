@@ -56,61 +56,57 @@ def main(argv):
             cur[1] = min(cur[1], row.get("b2b_us") or float("inf"))
             cur[2] = max(cur[2], row.get("frac_copy_peak") or 0)
             cur[3] = max(cur[3], row.get("b2b_frac_copy_peak") or 0)
-    head = ["op", "dtype", "shape", "variant"]
-    for label in labels:
-        head += [f"{label} us", f"{label} us b2b", f"{label} x peak (b2b)"]
-        if label != labels[0]:
-            head += [f"{label}/{labels[0]}", f"{label}/{labels[0]} b2b"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * 4 + "---:|" * (len(head) - 4))
-    for key in cases:
-        base = best.get((key, labels[0]))
-        cells = list(key)
-        for label in labels:
-            cur = best.get((key, label))
-            if cur is None:
-                cells += ["-"] * (3 if label == labels[0] else 5)
-                continue
-            mark = " FAIL" if (key, label) in failed else ""
-            cells += [f"{cur[0]:.1f}", f"{cur[1]:.1f}",
-                      f"{cur[2]:.3f} ({cur[3]:.3f}){mark}"]
-            if label != labels[0]:
-                if base is None:
-                    cells += ["-", "-"]
-                else:
-                    cells += [f"{cur[0] / base[0]:.3f}",
-                              f"{cur[1] / base[1]:.3f}"]
-        print("| " + " | ".join(cells) + " |")
-    print_copies(labels, cases, copies)
+    print_table(
+        ["op", "dtype", "shape", "variant"], list(cases), labels, best,
+        lambda l: [f"{l} us", f"{l} us b2b", f"{l} x peak (b2b)"],
+        lambda cur, key, l: [
+            f"{cur[0]:.1f}", f"{cur[1]:.1f}",
+            f"{cur[2]:.3f} ({cur[3]:.3f})"
+            + (" FAIL" if (key, l) in failed else "")],
+        lambda l: [f"{l}/{labels[0]}", f"{l}/{labels[0]} b2b"],
+        lambda cur, base: [f"{cur[0] / base[0]:.3f}",
+                           f"{cur[1] / base[1]:.3f}"])
+    # The same-size copy of each case, per build, as the variants above.
+    shapes = list(OrderedDict.fromkeys(key[:3] for key in cases))
+    shapes = [k for k in shapes if any((k, l) in copies for l in labels)]
+    if shapes:
+        print("\nSame-size copy (best of the copy kernels, per build):\n")
+        print_table(
+            ["op", "dtype", "shape"], shapes, labels, copies,
+            lambda l: [f"{l} copy us", f"{l} copy us b2b",
+                       f"{l} x peak (b2b)"],
+            lambda cur, key, l: [f"{cur[0]:.1f}", f"{cur[1]:.1f}",
+                                 f"{cur[2]:.3f}"],
+            lambda l: [f"{l}/{labels[0]} b2b"],
+            lambda cur, base: [f"{cur[1] / base[1]:.3f}"])
     return 1 if failed else 0
 
 
-def print_copies(labels, cases, copies):
-    """The same-size copy of each case, per build, as the variants above."""
-    shapes = list(OrderedDict.fromkeys(key[:3] for key in cases))
-    shapes = [k for k in shapes if any((k, l) in copies for l in labels)]
-    if not shapes:
-        return
-    head = ["op", "dtype", "shape"]
+def print_table(key_head, keys, labels, table, own_head, own_cells,
+                ratio_head, ratio_cells):
+    """One markdown row per key: each build's cells from table[(key, label)]
+    (own_head/own_cells), and after every build but the first its ratios
+    to the first (ratio_head/ratio_cells); "-" where a build lacks it."""
+    head = list(key_head)
     for label in labels:
-        head += [f"{label} copy us", f"{label} copy us b2b",
-                 f"{label} x peak (b2b)"]
+        head += own_head(label)
         if label != labels[0]:
-            head += [f"{label}/{labels[0]} b2b"]
-    print("\nSame-size copy (best of the copy kernels, per build):\n")
+            head += ratio_head(label)
     print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * 3 + "---:|" * (len(head) - 3))
-    for key in shapes:
-        base = copies.get((key, labels[0]))
+    print("|" + "---|" * len(key_head) + "---:|" * (len(head) - len(key_head)))
+    for key in keys:
+        base = table.get((key, labels[0]))
         cells = list(key)
         for label in labels:
-            cur = copies.get((key, label))
+            cur = table.get((key, label))
+            ratios = len(ratio_head(label)) if label != labels[0] else 0
             if cur is None:
-                cells += ["-"] * (3 if label == labels[0] else 4)
+                cells += ["-"] * (len(own_head(label)) + ratios)
                 continue
-            cells += [f"{cur[0]:.1f}", f"{cur[1]:.1f}", f"{cur[2]:.3f}"]
-            if label != labels[0]:
-                cells += [f"{cur[1] / base[1]:.3f}" if base else "-"]
+            cells += own_cells(cur, key, label)
+            if ratios:
+                cells += (ratio_cells(cur, base) if base is not None
+                          else ["-"] * ratios)
         print("| " + " | ".join(cells) + " |")
 
 
