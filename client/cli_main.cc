@@ -109,6 +109,10 @@ ABSL_FLAG(uint64_t, shapes_seed, 7, "tune: seed of --random_shapes.");
 ABSL_FLAG(int64_t, max_shape_bytes, int64_t{256} << 20,
           "tune: largest tensor of a random shape, in bytes.");
 ABSL_FLAG(std::string, out, "", "tune: the table file to write.");
+ABSL_FLAG(std::string, shapes_out, "",
+          "tune: also write every shape's automatic choice and measured "
+          "times to this file (tab-separated, one shape a line), which "
+          "the table keeps only one shape of per key.");
 ABSL_FLAG(std::string, name, "",
           "put: the handle to create (empty: the server picks one).");
 
@@ -150,11 +154,12 @@ subcommands:
               which variants could run this request, their estimated and
               measured times, the one the server picks and why
   tune OP (--shapes=S;S;... | --random_shapes=N) --out=TABLE
+          [--shapes_out=FILE.tsv]
               time every eligible variant of OP (transpose, gemm, layout,
               gelu-ln) for each shape through the server (S is what --shape
               takes; gemm: M,N,K), write a table for --tuning_table, and
               report how often the automatic choice was within 10% of the
-              fastest
+              fastest; --shapes_out also writes every shape's times
 
 flags of every op:
   --dtype=float32|float16|bfloat16   default float32 (or the first input's)
@@ -868,6 +873,10 @@ absl::StatusOr<int> RunSelection(absl::string_view command,
   }
   std::fprintf(stderr, "\n");
   COALESCE_RETURN_IF_ERROR(WriteTable(results, out));
+  if (const std::string shapes_out = absl::GetFlag(FLAGS_shapes_out);
+      !shapes_out.empty()) {
+    COALESCE_RETURN_IF_ERROR(WriteTunedShapes(results, shapes_out));
+  }
   return failed == 0 ? 0 : 1;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -174,6 +175,27 @@ absl::Status WriteTable(const std::vector<TunedShape>& shapes,
       100.0 * within / shapes.size());
   for (size_t i = 0; i < std::min<size_t>(5, ratios.size()); ++i) {
     std::printf("  %s\n", ratios[i].second.c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTunedShapes(const std::vector<TunedShape>& shapes,
+                              const std::string& path) {
+  std::ofstream f(path);
+  f << "# shape\tkey\tautomatic\tsource\tmeasured seconds, fastest first\n";
+  for (const TunedShape& s : shapes) {
+    f << absl::StrCat(s.label, "\t", s.key, "\t", s.automatic, "\t",
+                      s.automatic_source, "\t",
+                      absl::StrJoin(s.measured, ",",
+                                    [](std::string* out, const auto& m) {
+                                      absl::StrAppendFormat(out, "%s=%.9g",
+                                                            m.first, m.second);
+                                    }),
+                      "\n");
+  }
+  f.close();
+  if (!f) {
+    return absl::UnavailableError(absl::StrCat("cannot write ", path));
   }
   return absl::OkStatus();
 }

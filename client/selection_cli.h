@@ -44,6 +44,14 @@ absl::StatusOr<TunedShape> TuneRequest(Client& client,
 absl::Status WriteTable(const std::vector<TunedShape>& shapes,
                         const std::string& path);
 
+// Writes every tuned shape, one line each: the shape as given, its key, the
+// automatic choice and where it came from, and every measured variant as
+// name=seconds, fastest first, tab-separated (a '#' header line first):
+// what refitting the estimates offline needs, where the table keeps one
+// shape per key.
+absl::Status WriteTunedShapes(const std::vector<TunedShape>& shapes,
+                              const std::string& path);
+
 // Random shapes for an op's sweep: sizes log-uniform from tiny to large,
 // half of them aligned to 64, total bytes bounded by max_bytes. Each entry
 // is the flag values of one request ("M,N" for transpose, "M,N,K" for

@@ -27,7 +27,8 @@
 #             only (training shapes, seed 7, whose table is shipped); cold,
 #             i.e. that table and the heuristic, on other shapes (seed 8);
 #             after tuning, those shapes again with their own table loaded
-#             (TUNE_OPS limits the ops, TUNE_COLD_SEED replaces seed 8)
+#             (TUNE_OPS limits the ops, TUNE_COLD_SEED replaces seed 8);
+#             shapes-PHASE-OP.tsv has every shape's times, for refits
 #   ab        builds side by side in one call: ab.tar.xz (scripts/ab-build.sh)
 #             holds ab/NAME/ for each build; each runs its conformance suite
 #             (on the ops in ab/NAME/conformance-ops, else on
@@ -152,6 +153,7 @@ if has tune; then
       [ "$op" = gemm ] && max=67108864
       "$bin/coalesce" --server=127.0.0.1:$port tune $op --random_shapes=$shapes \
         --shapes_seed="$2" --max_shape_bytes=$max --out="$out/table-$1-$op.txt" \
+        --shapes_out="$out/shapes-$1-$op.tsv" \
         >"$out/tune-$1-$op.txt" 2>/dev/null || status=1
       echo "$1 $op: $(grep 'within 10%' "$out/tune-$1-$op.txt")"
     done

@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/npy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -431,12 +432,33 @@ TEST_F(E2eTest, ExplainNamesTheChoiceAndTuneWritesATable) {
   EXPECT_EQ(Cli({"explain", "transpose", "--shape=512,384"}).out, e.out);
 
   const std::string table = Path("table.txt");
+  const std::string shapes = Path("shapes.tsv");
   const CliResult t =
       Cli({"tune", "transpose", "--shapes=512,384;33,1000", "--random_shapes=2",
-           "--max_shape_bytes=1048576", absl::StrCat("--out=", table)});
+           "--max_shape_bytes=1048576", absl::StrCat("--out=", table),
+           absl::StrCat("--shapes_out=", shapes)});
   ASSERT_EQ(t.exit_code, 0) << t;
   EXPECT_THAT(t.out, HasSubstr("wrote 4 entries")) << t;
   EXPECT_THAT(t.out, HasSubstr("within 10% of the fastest")) << t;
+  // Every shape, in order: shape, key, the automatic choice and its source,
+  // and the measured variants, that choice among them.
+  {
+    std::ifstream s(shapes);
+    std::string line;
+    std::vector<std::vector<std::string>> rows;
+    while (std::getline(s, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      rows.push_back(absl::StrSplit(line, '\t'));
+    }
+    ASSERT_EQ(rows.size(), 4u);
+    EXPECT_EQ(rows[0][0], "512,384");
+    EXPECT_EQ(rows[1][0], "33,1000");
+    for (const std::vector<std::string>& r : rows) {
+      ASSERT_EQ(r.size(), 5u) << absl::StrJoin(r, "|");
+      EXPECT_THAT(r[1], HasSubstr("transpose|")) << r[1];
+      EXPECT_THAT(r[4], HasSubstr(absl::StrCat(r[2], "="))) << r[4];
+    }
+  }
   std::ifstream in(table);
   std::string first, build, device, variants;
   std::getline(in, first);
