@@ -22,6 +22,9 @@ absl::Status LaunchTransposeVec16(const TransposeShape& s, bool wide,
 // transpose_tma.cu: tiles of TmaTileOf's element rows x columns, read by the
 // tensor memory accelerator.
 Vec16Tile TmaTileOf(const TransposeShape& s);
+// Whether tma's early start prefetches every stage's tile, not only the
+// first: inputs past 1.5x ctx's L2.
+bool TmaPrefetchesEveryStage(const TransposeShape& s, const ExecContext& ctx);
 absl::Status LaunchTransposeTma(const TransposeShape& s, const void* in,
                                 void* out, ExecContext& ctx);
 // transpose_small_dim.cu. SmallDimInRegisters: whether s takes the

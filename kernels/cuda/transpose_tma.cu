@@ -256,15 +256,6 @@ __global__ void __launch_bounds__(kThreads, Geometry<kElemBytes>::kBlocksPerSm)
   }
 }
 
-// Whether tma's early start prefetches every stage's tile rather than the
-// first (file comment): where the input is past 1.5x the device's L2,
-// between the 67 MB input where it lost and the 100 MB one where it gained
-// on the H200.
-bool TmaPrefetchesEveryStage(const TransposeShape& s, const ExecContext& ctx) {
-  const int64_t l2 = ctx.device != nullptr ? ctx.device->l2_cache_bytes : 0;
-  return l2 > 0 && 2 * s.batch * s.rows * s.cols * s.elem_bytes > 3 * l2;
-}
-
 template <int kElemBytes>
 absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
                             ExecContext& ctx) {
@@ -299,6 +290,13 @@ absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
 }
 
 }  // namespace
+
+// The threshold (file comment): between the 67 MB input where prefetching
+// every stage lost and the 100 MB one where it gained on the H200.
+bool TmaPrefetchesEveryStage(const TransposeShape& s, const ExecContext& ctx) {
+  const int64_t l2 = ctx.device != nullptr ? ctx.device->l2_cache_bytes : 0;
+  return l2 > 0 && 2 * s.batch * s.rows * s.cols * s.elem_bytes > 3 * l2;
+}
 
 Vec16Tile TmaTileOf(const TransposeShape& s) {
   return s.elem_bytes == 4
