@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The float32 transposes of an H200 selection sweep, shape by shape.
+
+`scripts/gpu-check.sh OUT tune` times every transpose variant on 200 random
+shapes per seed (`coalesce tune transpose --random_shapes=200`), but its
+tables keep one measurement per selection key. As bench/gemm_selection_fit.py
+does for GEMM, this regenerates the exact shapes (RandomShapes in
+client/selection_cli.cc, re-implemented bit for bit there) and gives each
+table entry to the last shape with its key. It writes
+transpose_selection_seed{7,8}.txt ("M,N<TAB>variant=seconds,..." lines) for
+selection_estimate_test, which checks the C++ estimates against them:
+
+  python3 bench/transpose_selection_data.py \\
+      --sweep bench/results/h200/session14/transpose-tune \\
+      --write-testdata kernels/cuda/testdata
+
+Sweeps from the fourteenth session on also write every shape's times
+(shapes-PHASE-transpose.tsv, `coalesce tune --shapes_out`), which a later
+version of this tool can read instead. Plain Python 3, no packages.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_selection_fit import MT19937_64, align_class, log2_bucket  # noqa: E402
+
+SEEDS = ((7, "table-heuristic-transpose.txt"), (8, "table-cold-transpose.txt"))
+MAX_BYTES = 256 << 20  # gpu-check.sh's --max_shape_bytes for transposes
+
+
+def random_transpose_shapes(count, seed, max_bytes=MAX_BYTES):
+    """RandomShapes("transpose", count, seed, max_bytes) as (rows, cols)."""
+    import math
+
+    rng = MT19937_64(seed)
+
+    def canonical():  # std::generate_canonical<double, 53> of a 64-bit engine
+        r = float(rng()) / 18446744073709551616.0
+        return r if r < 1.0 else math.nextafter(1.0, 0.0)
+
+    def size(lo, hi):
+        a, b = math.log(lo), math.log(hi)
+        v = int(math.exp(canonical() * (b - a) + a))
+        if rng() % 2 == 0:
+            v = max(64, (v + 32) // 64 * 64)
+        return min(max(v, lo), hi)
+
+    out = []
+    while len(out) < count:
+        r, c = size(1, 16384), size(1, 16384)
+        if r * c * 4 <= max_bytes:
+            out.append((r, c))
+    return out
+
+
+def shape_key(rows, cols):
+    """ShapeKey (kernels/core/selection_key.cc) of a float32 transpose."""
+    return "transpose|float32|b0|r%d|c%d|a%d.%d" % (
+        log2_bucket(rows), log2_bucket(cols), align_class(rows),
+        align_class(cols))
+
+
+def read_table(path):
+    """{shape key: {variant: seconds}} of a tuning table's transposes."""
+    table = {}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("entry transpose|float32|"):
+                continue
+            cols = line.rstrip("\n").split("\t")
+            key = "|".join(cols[0][len("entry "):].split("|")[:6])
+            table[key] = {
+                kv.split("=")[0]: float(kv.split("=")[1])
+                for kv in cols[3].split(",")
+            }
+    return table
+
+
+def measured_shapes(sweep, seed, table_file):
+    """[(shape, {variant: seconds})] of the shapes with their own
+    measurement (the last of each key)."""
+    table = read_table(os.path.join(sweep, table_file))
+    shapes = random_transpose_shapes(200, seed)
+    last = {shape_key(*s): i for i, s in enumerate(shapes)}
+    if set(last) != set(table):
+        sys.exit("%s: its keys are not those of the seed-%d shapes" %
+                 (table_file, seed))
+    return [(s, table[shape_key(*s)]) for i, s in enumerate(shapes)
+            if last[shape_key(*s)] == i]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sweep", required=True,
+                   help="directory of a transpose sweep's tables")
+    p.add_argument("--write-testdata", metavar="DIR", required=True)
+    args = p.parse_args()
+    for seed, table_file in SEEDS:
+        rows = measured_shapes(args.sweep, seed, table_file)
+        path = os.path.join(args.write_testdata,
+                            "transpose_selection_seed%d.txt" % seed)
+        with open(path, "w") as f:
+            f.write("# RandomShapes(\"transpose\", 200, %d, 256 MiB), float32,"
+                    " the last shape of each key, with its entry in\n"
+                    "# %s/%s (bench/transpose_selection_data.py)\n"
+                    % (seed, os.path.relpath(args.sweep), table_file))
+            for (r, c), seconds in rows:
+                f.write("%d,%d\t%s\n" % (r, c, ",".join(
+                    "%s=%.9g" % kv for kv in sorted(seconds.items()))))
+        print("%s: %d shapes" % (path, len(rows)))
+
+
+if __name__ == "__main__":
+    main()
