@@ -32,9 +32,11 @@ Plain Python 3, no packages.
 """
 
 import argparse
-import math
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_shapes import align_class, log2_bucket, random_shapes  # noqa: E402
 
 SWEEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                      "h200", "selection-sweep")
@@ -52,73 +54,9 @@ VARIANTS = ("cublaslt", "naive", "smem_tiled", "reg_tiled")
 
 # --- the shapes -------------------------------------------------------------
 
-MASK64 = (1 << 64) - 1
-
-
-class MT19937_64:
-    """std::mt19937_64."""
-
-    def __init__(self, seed):
-        self.mt = [seed & MASK64]
-        for i in range(1, 312):
-            prev = self.mt[-1]
-            self.mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i)
-                           & MASK64)
-        self.index = 312
-
-    def __call__(self):
-        if self.index >= 312:
-            mt = self.mt
-            for i in range(312):
-                x = (mt[i] & 0xFFFFFFFF80000000) | (mt[(i + 1) % 312]
-                                                    & 0x7FFFFFFF)
-                mt[i] = mt[(i + 156) % 312] ^ (x >> 1) ^ (
-                    0xB5026F5AA96619E9 if x & 1 else 0)
-            self.index = 0
-        y = self.mt[self.index]
-        self.index += 1
-        y ^= (y >> 29) & 0x5555555555555555
-        y ^= (y << 17) & 0x71D67FFFEDA60000
-        y ^= (y << 37) & 0xFFF7EEE000000000
-        y ^= y >> 43
-        return y & MASK64
-
-
 def random_gemm_shapes(count, seed, max_bytes=64 << 20):
     """RandomShapes("gemm", count, seed, max_bytes) as (m, n, k) tuples."""
-    rng = MT19937_64(seed)
-
-    def canonical():  # std::generate_canonical<double, 53> of a 64-bit engine
-        r = float(rng()) / 18446744073709551616.0
-        return r if r < 1.0 else math.nextafter(1.0, 0.0)
-
-    def size(lo, hi):
-        a, b = math.log(lo), math.log(hi)
-        v = int(math.exp(canonical() * (b - a) + a))
-        if rng() % 2 == 0:
-            v = max(64, (v + 32) // 64 * 64)
-        return min(max(v, lo), hi)
-
-    out = []
-    while len(out) < count:
-        m, n, k = size(1, 8192), size(1, 8192), size(1, 8192)
-        if (m * k + k * n + m * n) * 4 <= max_bytes:
-            out.append((m, n, k))
-    return out
-
-
-def log2_bucket(x):
-    b = 0
-    while (1 << b) < x and b < 62:
-        b += 1
-    return b
-
-
-def align_class(x):
-    a = 1
-    while a < 16 and x % (2 * a) == 0:
-        a *= 2
-    return a
+    return random_shapes("gemm", count, seed, max_bytes)
 
 
 def shape_key(m, n, k):

@@ -24,35 +24,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_selection_fit import MT19937_64, align_class, log2_bucket  # noqa: E402
+from sweep_shapes import align_class, log2_bucket, random_shapes  # noqa: E402
 
 SEEDS = ((7, "table-heuristic-transpose.txt"), (8, "table-cold-transpose.txt"))
 MAX_BYTES = 256 << 20  # gpu-check.sh's --max_shape_bytes for transposes
-
-
-def random_transpose_shapes(count, seed, max_bytes=MAX_BYTES):
-    """RandomShapes("transpose", count, seed, max_bytes) as (rows, cols)."""
-    import math
-
-    rng = MT19937_64(seed)
-
-    def canonical():  # std::generate_canonical<double, 53> of a 64-bit engine
-        r = float(rng()) / 18446744073709551616.0
-        return r if r < 1.0 else math.nextafter(1.0, 0.0)
-
-    def size(lo, hi):
-        a, b = math.log(lo), math.log(hi)
-        v = int(math.exp(canonical() * (b - a) + a))
-        if rng() % 2 == 0:
-            v = max(64, (v + 32) // 64 * 64)
-        return min(max(v, lo), hi)
-
-    out = []
-    while len(out) < count:
-        r, c = size(1, 16384), size(1, 16384)
-        if r * c * 4 <= max_bytes:
-            out.append((r, c))
-    return out
 
 
 def shape_key(rows, cols):
@@ -82,7 +57,7 @@ def measured_shapes(sweep, seed, table_file):
     """[(shape, {variant: seconds})] of the shapes with their own
     measurement (the last of each key)."""
     table = read_table(os.path.join(sweep, table_file))
-    shapes = random_transpose_shapes(200, seed)
+    shapes = random_shapes("transpose", 200, seed, MAX_BYTES)
     last = {shape_key(*s): i for i, s in enumerate(shapes)}
     if set(last) != set(table):
         sys.exit("%s: its keys are not those of the seed-%d shapes" %

@@ -104,7 +104,7 @@ struct TableGemm {
   std::map<std::string, double> seconds;
 };
 
-// How many of shapes (TableGemm or SweepTranspose) ran within 10% of their
+// How many of shapes (TableGemm or SweepShape) ran within 10% of their
 // fastest variant in the one chosen(shape) names.
 template <typename Shape, typename Chooser>
 int WithinTenPercent(const std::vector<Shape>& shapes, Chooser chosen) {
@@ -192,31 +192,47 @@ TEST_F(SelectionEstimate, ShippedTableMatchesTheRegisteredVariants) {
   }
 }
 
-// Shapes of the H200 selection sweep (RandomShapes("gemm", 200, seed,
-// 64 MiB), float32) with every eligible variant's measured seconds, one
-// "M,N,K<TAB>variant=seconds,..." line each: kernels/cuda/testdata,
-// written by bench/gemm_selection_fit.py from
-// bench/results/h200/selection-sweep.
-std::vector<TableGemm> SweepGemms(const std::string& file) {
-  std::vector<TableGemm> out;
+// A sweep's exact shapes with every eligible variant's measured seconds,
+// one "D0,D1,...<TAB>variant=seconds,..." line each (kernels/cuda/testdata,
+// written by bench/gemm_selection_fit.py and
+// bench/transpose_selection_data.py from the H200 sweeps' tables); lines
+// whose shape has not `rank` dimensions are skipped.
+struct SweepShape {
+  std::vector<int64_t> dims;
+  std::map<std::string, double> seconds;
+};
+
+std::vector<SweepShape> ReadSweep(const std::string& file, size_t rank) {
+  std::vector<SweepShape> out;
   std::ifstream in(std::string(COALESCE_GEMM_SWEEP_DIR) + "/" + file);
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
     const std::vector<std::string> cols = absl::StrSplit(line, '\t');
     if (cols.size() != 2) continue;
-    const std::vector<std::string> mnk = absl::StrSplit(cols[0], ',');
-    TableGemm g;
-    if (mnk.size() != 3 || !absl::SimpleAtoi(mnk[0], &g.m) ||
-        !absl::SimpleAtoi(mnk[1], &g.n) || !absl::SimpleAtoi(mnk[2], &g.k)) {
-      continue;
+    SweepShape s;
+    for (absl::string_view d : absl::StrSplit(cols[0], ',')) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(d, &v)) break;
+      s.dims.push_back(v);
     }
+    if (s.dims.size() != rank) continue;
     for (absl::string_view kv : absl::StrSplit(cols[1], ',')) {
       const std::vector<std::string> p = absl::StrSplit(kv, '=');
-      double s = 0;
-      if (p.size() == 2 && absl::SimpleAtod(p[1], &s)) g.seconds[p[0]] = s;
+      double sec = 0;
+      if (p.size() == 2 && absl::SimpleAtod(p[1], &sec)) s.seconds[p[0]] = sec;
     }
-    if (!g.seconds.empty()) out.push_back(g);
+    if (!s.seconds.empty()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The GEMM sweep (RandomShapes("gemm", 200, seed, 64 MiB), float32,
+// bench/results/h200/selection-sweep) as TableGemm.
+std::vector<TableGemm> SweepGemms(const std::string& file) {
+  std::vector<TableGemm> out;
+  for (SweepShape& s : ReadSweep(file, 3)) {
+    out.push_back({s.dims[0], s.dims[1], s.dims[2], std::move(s.seconds)});
   }
   return out;
 }
@@ -247,40 +263,6 @@ TEST_F(SelectionEstimate, Float32GemmsOfTheSweepWithinTenPercent) {
   EXPECT_GE(held_out_good, 0.95 * held_out.size());
 }
 
-// Shapes of the H200 transpose sweep (RandomShapes("transpose", 200, seed,
-// 256 MiB), float32) with every eligible variant's measured seconds, one
-// "ROWS,COLS<TAB>variant=seconds,..." line each: kernels/cuda/testdata,
-// written by bench/transpose_selection_data.py from
-// bench/results/h200/session14/transpose-tune.
-struct SweepTranspose {
-  int64_t rows = 0, cols = 0;
-  std::map<std::string, double> seconds;
-};
-
-std::vector<SweepTranspose> SweepTransposes(const std::string& file) {
-  std::vector<SweepTranspose> out;
-  std::ifstream in(std::string(COALESCE_GEMM_SWEEP_DIR) + "/" + file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const std::vector<std::string> cols = absl::StrSplit(line, '\t');
-    if (cols.size() != 2) continue;
-    const std::vector<std::string> rc = absl::StrSplit(cols[0], ',');
-    SweepTranspose t;
-    if (rc.size() != 2 || !absl::SimpleAtoi(rc[0], &t.rows) ||
-        !absl::SimpleAtoi(rc[1], &t.cols)) {
-      continue;
-    }
-    for (absl::string_view kv : absl::StrSplit(cols[1], ',')) {
-      const std::vector<std::string> p = absl::StrSplit(kv, '=');
-      double s = 0;
-      if (p.size() == 2 && absl::SimpleAtod(p[1], &s)) t.seconds[p[0]] = s;
-    }
-    if (!t.seconds.empty()) out.push_back(t);
-  }
-  return out;
-}
-
 // The transpose heuristic alone on the sweep's exact shapes (the tables keep
 // the last shape of each key), both seeds measured on the H200 in the
 // fourteenth session: within 10% of the fastest for 139 of 148 seed-7
@@ -292,18 +274,20 @@ std::vector<SweepTranspose> SweepTransposes(const std::string& file) {
 // hundred), and smem_padded chosen over vec16 at 2700x288 and 64x11264
 // (1.11-1.13x).
 TEST_F(SelectionEstimate, Float32TransposesOfTheSweepWithinTenPercent) {
-  auto within_ten_percent = [this](const std::vector<SweepTranspose>& shapes) {
-    return WithinTenPercent(shapes, [this](const SweepTranspose& t) {
+  // RandomShapes("transpose", 200, seed, 256 MiB), float32,
+  // bench/results/h200/session14/transpose-tune.
+  auto within_ten_percent = [this](const std::vector<SweepShape>& shapes) {
+    return WithinTenPercent(shapes, [this](const SweepShape& t) {
       TransposeProblem p;
-      p.rows = t.rows;
-      p.cols = t.cols;
+      p.rows = t.dims[0];
+      p.cols = t.dims[1];
       return Chosen(p);
     });
   };
-  const std::vector<SweepTranspose> train =
-      SweepTransposes("transpose_selection_seed7.txt");
-  const std::vector<SweepTranspose> held_out =
-      SweepTransposes("transpose_selection_seed8.txt");
+  const std::vector<SweepShape> train =
+      ReadSweep("transpose_selection_seed7.txt", 2);
+  const std::vector<SweepShape> held_out =
+      ReadSweep("transpose_selection_seed8.txt", 2);
   ASSERT_EQ(train.size(), 148u);
   ASSERT_EQ(held_out.size(), 159u);
   const int train_good = within_ten_percent(train);
