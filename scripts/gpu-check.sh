@@ -14,7 +14,9 @@
 #             wavefronts, sectors per request, stalls) for one launch of the
 #             transposes and layout kernels named in NCU_CASES
 #   bench     coalesce-bench kernels, PyTorch on the same cases in the same
-#             call, and the merged report (table last)
+#             call, and the merged report (table last), with chart.png
+#             (each variant's fraction of the peak) and size-chart.png
+#             (the fastest variant and the same-size copy against bytes)
 #   sass      cuobjdump of the bundled kernels: HGMMA count per wgmma kernel
 #   profile   ncu detail (instructions, issue slots, stalls, DRAM) for one
 #             launch of the fastest GELU-LN variant at [8192,4096], fp32
@@ -137,6 +139,8 @@ if has bench; then
   python3 bench/torch_bench.py "$out/kernels.json" "$out/torch.json" || status=1
   python3 bench/report.py "$out/kernels.json" "$out/torch.json" \
     --md "$out/report.md" --png "$out/chart.png" >/dev/null || status=1
+  python3 bench/size_chart.py "$out/kernels.json" --png "$out/size-chart.png" \
+    >/dev/null || status=1
   tail -n 1 "$out/kernels.txt"
   sed -n '1,/<details>/p' "$out/report.md"
 fi
