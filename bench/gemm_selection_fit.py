@@ -36,6 +36,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_shapes  # noqa: E402
 from sweep_shapes import align_class, log2_bucket, random_shapes  # noqa: E402
 
 SWEEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -68,18 +69,7 @@ def shape_key(m, n, k):
 
 def read_table(path):
     """{shape key: {variant: seconds}} of a tuning table's float32 GEMMs."""
-    table = {}
-    with open(path) as f:
-        for line in f:
-            if not line.startswith("entry gemm|float32|"):
-                continue
-            cols = line.rstrip("\n").split("\t")
-            key = "|".join(cols[0][len("entry "):].split("|")[:8])
-            table[key] = {
-                kv.split("=")[0].rsplit(".", 1)[-1]: float(kv.split("=")[1])
-                for kv in cols[3].split(",")
-            }
-    return table
+    return sweep_shapes.read_table(path, "gemm|float32|", 8, short_names=True)
 
 
 def measured_shapes(seed, table_file):

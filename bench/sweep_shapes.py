@@ -4,7 +4,8 @@ client/selection_cli.cc: std::mt19937_64 and libstdc++'s
 uniform_real_distribution, re-implemented bit for bit) and the selection
 key's log2 buckets and alignment classes (kernels/core/selection_key.cc),
 for the tools that refit the selection estimates on an H200 sweep
-(gemm_selection_fit.py, transpose_selection_data.py). Plain Python 3."""
+(gemm_selection_fit.py, transpose_selection_data.py), and their tables' reader.
+Plain Python 3."""
 
 import math
 
@@ -83,3 +84,24 @@ def align_class(x):
     while a < 16 and x % (2 * a) == 0:
         a *= 2
     return a
+
+
+def read_table(path, prefix, key_fields, short_names=False):
+    """{shape key: {variant: seconds}} of a tuning table's entries whose key
+    starts with prefix (e.g. "gemm|float32|"), each key its first
+    key_fields fields (the device and version fields dropped); variant
+    names shortened to their last component with short_names."""
+    table = {}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("entry " + prefix):
+                continue
+            cols = line.rstrip("\n").split("\t")
+            key = "|".join(cols[0][len("entry "):].split("|")[:key_fields])
+            table[key] = {}
+            for kv in cols[3].split(","):
+                name, seconds = kv.split("=")
+                if short_names:
+                    name = name.rsplit(".", 1)[-1]
+                table[key][name] = float(seconds)
+    return table

@@ -24,6 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_shapes  # noqa: E402
 from sweep_shapes import align_class, log2_bucket, random_shapes  # noqa: E402
 
 SEEDS = ((7, "table-heuristic-transpose.txt"), (8, "table-cold-transpose.txt"))
@@ -39,18 +40,7 @@ def shape_key(rows, cols):
 
 def read_table(path):
     """{shape key: {variant: seconds}} of a tuning table's transposes."""
-    table = {}
-    with open(path) as f:
-        for line in f:
-            if not line.startswith("entry transpose|float32|"):
-                continue
-            cols = line.rstrip("\n").split("\t")
-            key = "|".join(cols[0][len("entry "):].split("|")[:6])
-            table[key] = {
-                kv.split("=")[0]: float(kv.split("=")[1])
-                for kv in cols[3].split(",")
-            }
-    return table
+    return sweep_shapes.read_table(path, "transpose|float32|", 6)
 
 
 def measured_shapes(sweep, seed, table_file):
