@@ -265,14 +265,25 @@ TEST_F(SelectionEstimate, Float32GemmsOfTheSweepWithinTenPercent) {
 
 // The transpose heuristic alone on the sweep's exact shapes (the tables keep
 // the last shape of each key), both seeds measured on the H200 in the
-// fourteenth session: within 10% of the fastest for 139 of 148 seed-7
+// fourteenth session: within 10% of the fastest for 146 of 148 seed-7
 // shapes, whose medians under 1 MB set the call costs
-// (transpose_variants.cc), and 155 of 159 seed-8 shapes, never fitted on
-// (135 and 143 before those costs). The misses left: small_dim against
-// naive (small_dim 1.2-1.35x slower on skinny shapes of 30-130 K elements
-// such as 8655x7 and 4x16043, naive 1.1-1.15x slower on ones of a few
-// hundred), and smem_padded chosen over vec16 at 2700x288 and 64x11264
-// (1.11-1.13x).
+// (transpose_variants.cc), and 156 of 159 seed-8 shapes, never fitted on
+// (135 and 143 before those costs and small_dim's block count). The misses
+// left: smem_padded chosen over vec16 at 2700x288 and 64x11264
+// (1.11-1.13x) and over naive at 8655x7 (1.14x), small_dim over naive at
+// 384x13 and 14x448 (1.10-1.16x).
+// An empty side reaches the estimates (small_dim's block count divides by
+// the short side): a choice, no crash.
+TEST_F(SelectionEstimate, EmptyTransposesAreEstimated) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{0, 5}, {9000, 0}, {0, 0}}) {
+    TransposeProblem p;
+    p.rows = rows;
+    p.cols = cols;
+    EXPECT_FALSE(Chosen(p).empty()) << rows << "x" << cols;
+  }
+}
+
 TEST_F(SelectionEstimate, Float32TransposesOfTheSweepWithinTenPercent) {
   // RandomShapes("transpose", 200, seed, 256 MiB), float32,
   // bench/results/h200/session14/transpose-tune.
@@ -292,8 +303,8 @@ TEST_F(SelectionEstimate, Float32TransposesOfTheSweepWithinTenPercent) {
   ASSERT_EQ(held_out.size(), 159u);
   const int train_good = within_ten_percent(train);
   const int held_out_good = within_ten_percent(held_out);
-  EXPECT_GE(train_good, 139) << train_good << " of " << train.size();
-  EXPECT_GE(held_out_good, 155) << held_out_good << " of " << held_out.size();
+  EXPECT_GE(train_good, 146) << train_good << " of " << train.size();
+  EXPECT_GE(held_out_good, 156) << held_out_good << " of " << held_out.size();
   EXPECT_GE(held_out_good, 0.95 * held_out.size());
 }
 

@@ -31,6 +31,8 @@ absl::Status LaunchTransposeTma(const TransposeShape& s, const void* in,
 // register path (a short side of 2 or more, the long side whole 16-byte
 // vectors) rather than the shared-memory one.
 bool SmallDimInRegisters(const TransposeShape& s);
+// The blocks of the shared-memory path: one per chunk of about 8 KB.
+int64_t SmallDimSharedBlocks(const TransposeShape& s);
 absl::Status LaunchTransposeSmallDim(const TransposeShape& s, const void* in,
                                      void* out, ExecContext& ctx);
 

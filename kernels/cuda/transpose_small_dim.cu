@@ -346,6 +346,13 @@ absl::Status DispatchSmallDimRegs(int s, const TransposeShape& sh,
   }
 }
 
+// T of the shared-memory path: a multiple of 32 (keeps 16-byte alignment of
+// every chunk), about kChunkBytes / (S * element bytes). An empty short side
+// (only estimated, never launched) counts as 1.
+int SmallDimChunkLen(int s, int elem_bytes) {
+  return std::max(32, (kChunkBytes / elem_bytes / std::max(1, s)) / 32 * 32);
+}
+
 template <typename T>
 absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
                                  void* out, ExecContext& ctx) {
@@ -355,10 +362,7 @@ absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
   p.short_cols = sh.cols <= sh.rows;
   p.s = static_cast<int>(p.short_cols ? sh.cols : sh.rows);
   p.long_len = p.short_cols ? sh.rows : sh.cols;
-  // T: a multiple of 32 (keeps 16-byte alignment of every chunk), about
-  // kChunkBytes / (S * sizeof(T)).
-  p.t_len =
-      std::max(32, (kChunkBytes / static_cast<int>(sizeof(T)) / p.s) / 32 * 32);
+  p.t_len = SmallDimChunkLen(p.s, static_cast<int>(sizeof(T)));
   const int want = (32 + p.s - 1) / p.s % 32;  // pitch mod 32
   p.pitch = p.t_len + want;
   p.chunks_per_batch = CeilDiv(p.long_len, p.t_len);
@@ -386,6 +390,13 @@ bool SmallDimInRegisters(const TransposeShape& s) {
   return std::min(s.rows, s.cols) >= 2 &&
          (long_side * s.elem_bytes) % 16 == 0 &&
          CeilDiv(long_side * s.elem_bytes / 16, kRegsThreads) <= 0x7fffffff;
+}
+
+int64_t SmallDimSharedBlocks(const TransposeShape& s) {
+  const int64_t short_side = std::min(s.rows, s.cols);
+  return s.batch *
+         CeilDiv(std::max(s.rows, s.cols),
+                 SmallDimChunkLen(static_cast<int>(short_side), s.elem_bytes));
 }
 
 absl::Status LaunchTransposeSmallDim(const TransposeShape& s, const void* in,

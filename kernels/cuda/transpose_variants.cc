@@ -1,6 +1,9 @@
 // The transpose op's CUDA variants: one class over the kernels of
 // transpose_kernels.h; each kernel is a named, selectable variant.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/transpose_internal.h"
 #include "kernels/cuda/variants.h"
 
 namespace coalesce::cuda {
@@ -50,12 +53,12 @@ KernelDoc DocOf(TransposeKernel k) {
 // training shapes): the median difference from naive over the shapes under
 // 1 MB. The variants launched with an early start (vec16, vec16_wide, tma)
 // pay 0.3-1 us for it there, where they were picked for shapes that
-// smem_padded or naive ran 10-25% faster. small_dim keeps the 0.3 us of the
-// fourth session's sweep (bench/results/h200/selection-sweep), which a
-// median of 0 on these shapes would lower (seed 7 and 8 both lose). With
-// these, the heuristic alone picks within 10% of the fastest for 139 of
-// the 148 seed-7 shapes (135 before) and 155 of the 159 held-out seed-8
-// shapes (143 before): selection_estimate_test.
+// smem_padded or naive ran 10-25% faster. small_dim's median is 0: the 0.3
+// us it was charged since the fourth session stood for what the block count
+// below (Efficiency) now models. With both, the heuristic alone picks
+// within 10% of the fastest for 146 of the 148 seed-7 shapes (135 before)
+// and 156 of the 159 held-out seed-8 shapes (143 before):
+// selection_estimate_test.
 double CallSeconds(TransposeKernel k) {
   switch (k) {
     case TransposeKernel::kNaive:
@@ -71,7 +74,7 @@ double CallSeconds(TransposeKernel k) {
     case TransposeKernel::kTma:
       return 0.96e-6;
     case TransposeKernel::kSmallDim:
-      return 0.3e-6;
+      return 0;
   }
   return 0;
 }
@@ -100,8 +103,20 @@ class TransposeVariant final
                                  const DeviceInfo&) const override {
     return TransposeSupports(kernel_, ShapeOf(p));
   }
-  double Efficiency(const Problem& p, const DeviceInfo&) const override {
-    return TransposeEfficiency(kernel_, ShapeOf(std::get<TransposeProblem>(p)));
+  double Efficiency(const Problem& p, const DeviceInfo& dev) const override {
+    const TransposeShape s = ShapeOf(std::get<TransposeProblem>(p));
+    double eff = TransposeEfficiency(kernel_, s);
+    // small_dim's shared-memory path runs a block per chunk of about 8 KB
+    // and needs eight resident per SM to keep 64 KB in flight (its file
+    // comment): with fewer, as on skinny shapes of a few hundred KB (8655x7:
+    // 31 blocks), it runs latency-bound, 1.2-1.35x naive's time on the
+    // H200 sweep of the fourteenth session.
+    if (kernel_ == TransposeKernel::kSmallDim && !SmallDimInRegisters(s) &&
+        dev.multiprocessors > 0) {
+      eff *= std::min(1.0, static_cast<double>(SmallDimSharedBlocks(s)) /
+                               (8.0 * dev.multiprocessors));
+    }
+    return eff;
   }
   absl::Status RunTyped(const TransposeProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {
