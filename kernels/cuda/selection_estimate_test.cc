@@ -263,15 +263,6 @@ TEST_F(SelectionEstimate, Float32GemmsOfTheSweepWithinTenPercent) {
   EXPECT_GE(held_out_good, 0.95 * held_out.size());
 }
 
-// The transpose heuristic alone on the sweep's exact shapes (the tables keep
-// the last shape of each key), both seeds measured on the H200 in the
-// fourteenth session: within 10% of the fastest for 146 of 148 seed-7
-// shapes, whose medians under 1 MB set the call costs
-// (transpose_variants.cc), and 156 of 159 seed-8 shapes, never fitted on
-// (135 and 143 before those costs and small_dim's block count). The misses
-// left: smem_padded chosen over vec16 at 2700x288 and 64x11264
-// (1.11-1.13x) and over naive at 8655x7 (1.14x), small_dim over naive at
-// 384x13 and 14x448 (1.10-1.16x).
 // An empty side reaches the estimates (small_dim's block count divides by
 // the short side): a choice, no crash.
 TEST_F(SelectionEstimate, EmptyTransposesAreEstimated) {
@@ -284,6 +275,15 @@ TEST_F(SelectionEstimate, EmptyTransposesAreEstimated) {
   }
 }
 
+// The transpose heuristic alone on the sweep's exact shapes (the tables keep
+// the last shape of each key), both seeds measured on the H200 in the
+// fourteenth session: within 10% of the fastest for 146 of 148 seed-7
+// shapes, whose medians under 1 MB set the call costs
+// (transpose_variants.cc), and 156 of 159 seed-8 shapes, never fitted on
+// (135 and 143 before those costs and small_dim's block count). The misses
+// left: smem_padded chosen over vec16 at 2700x288 and 64x11264
+// (1.11-1.13x) and over naive at 8655x7 (1.14x), small_dim over naive at
+// 384x13 and 14x448 (1.10-1.16x).
 TEST_F(SelectionEstimate, Float32TransposesOfTheSweepWithinTenPercent) {
   // RandomShapes("transpose", 200, seed, 256 MiB), float32,
   // bench/results/h200/session14/transpose-tune.
