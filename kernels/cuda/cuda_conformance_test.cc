@@ -50,6 +50,16 @@ class CudaConformance : public ::testing::Test {
 Backend* CudaConformance::backend_ = nullptr;
 std::string* CudaConformance::skip_reason_ = nullptr;
 
+// n bytes of a linear congruential sequence continued from state.
+std::string RandomBytes(int64_t n, uint32_t& state) {
+  std::string out(n, '\0');
+  for (char& c : out) {
+    state = state * 1664525u + 1013904223u;
+    c = static_cast<char>(state >> 24);
+  }
+  return out;
+}
+
 // GEMM cases of the issue on top of the shared ones (which hold 1x1x1 and
 // 7x13x5 with every transpose): 257x129x65, one past tile multiples, with
 // every transpose; edges whose rows are whole 16-byte chunks so that the
@@ -284,11 +294,7 @@ TEST_F(CudaConformance, CopyKernelsCopyEveryByteBackToBack) {
   uint32_t state = 4242;
   for (int64_t bytes : {int64_t{1}, int64_t{15}, int64_t{16},
                         int64_t{4096 * 16 + 7}, (int64_t{24} << 20) + 5}) {
-    std::string want(bytes, '\0');
-    for (char& c : want) {
-      state = state * 1664525u + 1013904223u;
-      c = static_cast<char>(state >> 24);
-    }
+    const std::string want = RandomBytes(bytes, state);
     for (int config = 0; config < cuda::kCopyConfigs; ++config) {
       SCOPED_TRACE(absl::StrCat("config ", config, ", ", bytes, " bytes"));
       void* buf[2] = {};
@@ -330,12 +336,8 @@ TEST_F(CudaConformance, CopyKernelsCopyEveryByteBackToBack) {
 // have staged it), land exactly once Finish returns.
 TEST_F(CudaConformance, ResidentWriterLandsEveryPiece) {
   const int64_t n = (int64_t{18} << 20) + 5;
-  std::string want(n, '\0');
   uint32_t state = 777;
-  for (char& c : want) {
-    state = state * 1664525u + 1013904223u;
-    c = static_cast<char>(state >> 24);
-  }
+  const std::string want = RandomBytes(n, state);
   absl::StatusOr<std::shared_ptr<void>> r = backend_->AllocateResident(n);
   ASSERT_TRUE(r.ok()) << r.status();
   std::unique_ptr<ResidentWriter> w = backend_->OpenResidentWriter(r->get(), n);
@@ -357,12 +359,8 @@ TEST_F(CudaConformance, ResidentWriterLandsEveryPiece) {
 TEST_F(CudaConformance, ResidentOperandsAreUsedInPlace) {
   EXPECT_FALSE(backend_->resident_is_host_addressable());
   const int64_t rows = 3001, cols = 1537, n = rows * cols * 4;  // ~18 MiB
-  std::string in(n, '\0');
   uint32_t state = 12345;
-  for (char& c : in) {
-    state = state * 1664525u + 1013904223u;
-    c = static_cast<char>(state >> 24);
-  }
+  const std::string in = RandomBytes(n, state);
   std::string want(n, '\0');
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
