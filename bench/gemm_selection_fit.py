@@ -77,12 +77,8 @@ def measured_shapes(seed, table_file):
     measurement, and of all 200 shapes, each with its key's entry."""
     table = read_table(os.path.join(SWEEP, table_file))
     shapes = random_gemm_shapes(200, seed)
-    last = {shape_key(*s): i for i, s in enumerate(shapes)}
-    if set(last) != set(table):
-        sys.exit("%s: its keys are not those of the seed-%d shapes" %
-                 (table_file, seed))
-    rows = [(s, table[shape_key(*s)]) for i, s in enumerate(shapes)
-            if last[shape_key(*s)] == i]
+    rows = sweep_shapes.last_of_each_key(
+        shapes, table, shape_key, "%s (seed %d)" % (table_file, seed))
     return rows, [(s, table[shape_key(*s)]) for s in shapes]
 
 

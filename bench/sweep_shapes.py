@@ -8,6 +8,7 @@ for the tools that refit the selection estimates on an H200 sweep
 Plain Python 3."""
 
 import math
+import sys
 
 MASK64 = (1 << 64) - 1
 
@@ -105,3 +106,15 @@ def read_table(path, prefix, key_fields, short_names=False):
                     name = name.rsplit(".", 1)[-1]
                 table[key][name] = float(seconds)
     return table
+
+
+def last_of_each_key(shapes, table, shape_key, what):
+    """[(shape, {variant: seconds})] of the shapes with their own
+    measurement: the sweep writes its table shape by shape, a later shape's
+    entry replacing an earlier one's, so each key's entry is its last
+    shape's. Exits, naming what, if the table's keys are not the shapes'."""
+    last = {shape_key(*s): i for i, s in enumerate(shapes)}
+    if set(last) != set(table):
+        sys.exit("%s: its keys are not those of the shapes" % what)
+    return [(s, table[shape_key(*s)]) for i, s in enumerate(shapes)
+            if last[shape_key(*s)] == i]

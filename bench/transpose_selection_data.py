@@ -48,12 +48,8 @@ def measured_shapes(sweep, seed, table_file):
     measurement (the last of each key)."""
     table = read_table(os.path.join(sweep, table_file))
     shapes = random_shapes("transpose", 200, seed, MAX_BYTES)
-    last = {shape_key(*s): i for i, s in enumerate(shapes)}
-    if set(last) != set(table):
-        sys.exit("%s: its keys are not those of the seed-%d shapes" %
-                 (table_file, seed))
-    return [(s, table[shape_key(*s)]) for i, s in enumerate(shapes)
-            if last[shape_key(*s)] == i]
+    return sweep_shapes.last_of_each_key(
+        shapes, table, shape_key, "%s (seed %d)" % (table_file, seed))
 
 
 def main():
