@@ -284,9 +284,9 @@ TEST_F(CudaConformance, SameSizeCopyIsTimedBothWays) {
 }
 
 // Every copy kernel the ceilings are taken from copies every byte, tails of
-// 1-15 bytes included, and chained back to back (a -> b -> a ..., config 2
-// a programmatic dependent launch that prefetches before it waits) each
-// copy reads what the one before it wrote.
+// 1-15 bytes included, and chained back to back (a -> b -> a ..., configs
+// 2 and 3 programmatic dependent launches that prefetch before they wait)
+// each copy reads what the one before it wrote.
 TEST_F(CudaConformance, CopyKernelsCopyEveryByteBackToBack) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),

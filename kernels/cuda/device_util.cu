@@ -31,24 +31,24 @@ __device__ __forceinline__ void CopyTail(const uint4* __restrict__ in,
 
 // Four independent 16-byte loads in flight per thread before the stores:
 // enough bytes in flight to saturate HBM (Little's law), as a tuned copy does.
-// kEarly (launched with LaunchAfterPriorGrid): the early start of the
+// kPrefetch > 0 (launched with LaunchAfterPriorGrid): the early start of the
 // transposes (grid_dependency.cuh), so that the copy ceiling of a case is
 // timed as its kernels are: every block lets the stream's next kernel be
-// scheduled, asks the L2 for the lines of its first loads, then waits for
-// the previous kernel.
-template <bool kEarly>
+// scheduled, asks the L2 for the lines of the first kPrefetch vectors each
+// of its threads copies, then waits for the previous kernel.
+template <int kPrefetch>
 __global__ void CopyKernel(const uint4* __restrict__ in,
                            uint4* __restrict__ out, int64_t n, int tail) {
   constexpr int kUnroll = 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first =
       blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if constexpr (kEarly) {
+  if constexpr (kPrefetch > 0) {
     AllowNextGrid();
     // One lane in 8 covers the 128-byte line of its 8 neighbours' vectors.
     if (threadIdx.x % 8 == 0) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kPrefetch; ++u) {
         if (first + u * stride < n) PrefetchL2(in + first + u * stride);
       }
     }
@@ -147,13 +147,21 @@ absl::Status LaunchCopy(int config, const void* in, void* out, int64_t bytes,
     COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
     COALESCE_CUDA_RETURN_IF_ERROR(
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    // Enough resident blocks to fill every SM several times over.
-    const dim3 grid(sms * 8);
     if (config == 0) {
-      CopyKernel<false><<<grid, kThreads, 0, stream>>>(src, dst, n, tail);
+      // Enough resident blocks to fill every SM several times over.
+      CopyKernel<0><<<sms * 8, kThreads, 0, stream>>>(src, dst, n, tail);
+    } else if (config == 2) {
+      // As config 0, its first loads prefetched.
+      LaunchAfterPriorGrid(CopyKernel<4>, dim3(sms * 8), dim3(kThreads), 0,
+                           stream, src, dst, n, tail);
     } else {
-      LaunchAfterPriorGrid(CopyKernel<true>, grid, dim3(kThreads), 0, stream,
-                           src, dst, n, tail);
+      // Half of every SM's threads, so that blocks of the next copy are
+      // resident beside this one's and prefetch while it runs (2 of its 4
+      // at 40 registers a thread; capped at 32, so that all 4 fit, it was
+      // no faster: bench/results/h200/session15/). 16 vectors per thread
+      // prefetched: all of a copy of up to 34 MB on the H200.
+      LaunchAfterPriorGrid(CopyKernel<16>, dim3(sms * 4), dim3(kThreads), 0,
+                           stream, src, dst, n, tail);
     }
   } else {
     // At least one block, for a copy of the tail alone.

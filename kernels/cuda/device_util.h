@@ -21,9 +21,11 @@ namespace coalesce::cuda {
 // loops over the data with sms * 8 blocks, config 1 launches one thread per
 // vector, config 2 is config 0 launched as the transposes are (a
 // programmatic dependent launch that starts early: launch.h,
-// grid_dependency.cuh). None is best everywhere, so a copy ceiling is the
-// best of them.
-constexpr int kCopyConfigs = 3;
+// grid_dependency.cuh), config 3 is config 2 on half of every SM's threads,
+// so that back to back the next copy is resident beside it and prefetches
+// all of a small copy while it runs. None is best everywhere, so a copy
+// ceiling is the best of them.
+constexpr int kCopyConfigs = 4;
 
 // Enqueues a copy of `bytes` from in to out on stream with copy kernel
 // `config` (in [0, kCopyConfigs)); in and out 16-byte aligned, any bytes >= 0
