@@ -148,7 +148,8 @@ absl::Status LaunchCopy(int config, const void* in, void* out, int64_t bytes,
     COALESCE_CUDA_RETURN_IF_ERROR(
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     if (config == 0) {
-      // Enough resident blocks to fill every SM several times over.
+      // 8 blocks per SM: more than are resident at once (6, at the 40
+      // registers a thread this kernel takes), so every SM stays full.
       CopyKernel<0><<<sms * 8, kThreads, 0, stream>>>(src, dst, n, tail);
     } else if (config == 2) {
       // As config 0, its first loads prefetched.
