@@ -45,7 +45,9 @@
 #             runs made, so a call's time limit does not take them all.
 #             AB_SANITIZE=1 runs each build's suite under compute-sanitizer
 #             memcheck and racecheck too (as the sanitize step; with
-#             COALESCE_CONFORMANCE_MAX_BYTES=2097152 it takes seconds).
+#             COALESCE_CONFORMANCE_MAX_BYTES=2097152 and _VARIANTS naming
+#             the variants under test it takes seconds, without _VARIANTS
+#             ~95 s per build for transpose and convert_layout).
 #             The conformance suites take ~5 s per build for transpose
 #             and convert_layout, ~90 s for every op (H200):
 #             COALESCE_CONFORMANCE_OPS / _VARIANTS narrow them
