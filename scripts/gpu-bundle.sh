@@ -7,11 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-build-gpu}
-COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test profile_sampling_gpu_test gpu_data_plane_test coalesce-server coalesce-cli}" \
+COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test profile_sampling_gpu_test gpu_data_plane_test coalesce-server coalesce-cli coalesce-kernel-gap}" \
   scripts/build.sh
 rm -rf gpu-bundle gpu-bundle.tar.xz
 bins=()
-for b in bench/coalesce-bench kernels/cuda/cuda_conformance_test \
+for b in bench/coalesce-bench bench/coalesce-kernel-gap \
+         kernels/cuda/cuda_conformance_test \
          kernels/cuda/profile_sampling_gpu_test server/gpu_data_plane_test \
          server/coalesce-server client/coalesce; do
   [ -x "$BUILD_DIR/$b" ] && bins+=("$BUILD_DIR/$b")

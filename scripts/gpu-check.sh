@@ -17,6 +17,9 @@
 #             call, and the merged report (table last), with chart.png
 #             (each variant's fraction of the peak) and size-chart.png
 #             (the fastest variant and the same-size copy against bytes)
+#   gap       coalesce-kernel-gap: what a kernel boundary costs back to
+#             back (empty kernels, copies from 1 to 256 MiB each way, block
+#             timelines from the global timer); gap.json, gap.txt
 #   sass      cuobjdump of the bundled kernels: HGMMA count per wgmma kernel
 #   profile   ncu detail (instructions, issue slots, stalls, DRAM) for one
 #             launch of the fastest GELU-LN variant at [8192,4096], fp32
@@ -82,7 +85,7 @@ sanitize() {
     echo "== compute-sanitizer --tool $tool ($1)"
     timeout "${SANITIZE_TIMEOUT:-240}" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$1" --gtest_filter='*EveryVariant*:*Resident*:*BackToBack*:*CopyKernels*' \
+      "$1" --gtest_filter='*EveryVariant*:*Resident*:*BackToBack*:*CopyKernels*:*Stamped*' \
       >"$out/$2-$tool.log" 2>&1
     rc=$?
     tail -n 4 "$out/$2-$tool.log"
@@ -110,6 +113,11 @@ if has ncu; then
     grep -E '"(gpu__|dram__|sm__|smsp__|l1tex|lts__|launch__)' \
       "$out/ncu-$name.csv" | awk -F'","' '{print $(NF-2), $NF}' | tr -d '"'
   done
+fi
+if has gap; then
+  echo "== kernel boundary: coalesce-kernel-gap"
+  "$bin/coalesce-kernel-gap" --json="$out/gap.json" | tee "$out/gap.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has sass; then
   echo "== SASS: HGMMA instructions per wgmma kernel"

@@ -328,6 +328,79 @@ TEST_F(CudaConformance, CopyKernelsCopyEveryByteBackToBack) {
   cudaStreamDestroy(stream);
 }
 
+// The kernel-boundary probes (coalesce-kernel-gap): the stamped copy copies
+// every byte, chained, and every launch's every block writes its three
+// readings in order, each boundary after the previous launch's exits where
+// the launch waits for it.
+TEST_F(CudaConformance, StampedLaunchesCopyAndStampInOrder) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  absl::StatusOr<int> blocks = cuda::StampedBlocks();
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  const int64_t bytes = (int64_t{5} << 20) + 48;
+  uint32_t state = 99;
+  const std::string want = RandomBytes(bytes, state);
+  constexpr int kChain = 6;  // copy, copy, empty early, copy, empty, copy
+  const int64_t words = int64_t{kChain} * *blocks * cuda::kStampsPerBlock;
+  void* buf[2] = {};
+  for (void*& b : buf) ASSERT_EQ(cudaMalloc(&b, bytes), cudaSuccess);
+  uint64_t* stamps = nullptr;
+  ASSERT_EQ(cudaMalloc(&stamps, words * sizeof(uint64_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(stamps, 0, words * sizeof(uint64_t), stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(buf[0], want.data(), bytes, cudaMemcpyHostToDevice,
+                            stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf[1], 0xff, bytes, stream), cudaSuccess);
+  int copies = 0;
+  for (int k = 0; k < kChain; ++k) {
+    uint64_t* s = stamps + int64_t{k} * *blocks * cuda::kStampsPerBlock;
+    if (k == 2 || k == 4) {
+      ASSERT_TRUE(cuda::LaunchStampedEmpty(k == 2, s, stream).ok());
+      continue;
+    }
+    ASSERT_TRUE(cuda::LaunchStampedCopy(buf[copies % 2], buf[1 - copies % 2],
+                                        bytes, s, stream)
+                    .ok());
+    if (copies++ == 0) {
+      ASSERT_EQ(cudaMemsetAsync(buf[0], 0x5a, bytes, stream), cudaSuccess);
+    }
+  }
+  std::string got(bytes, '\0');
+  ASSERT_EQ(cudaMemcpyAsync(got.data(), buf[copies % 2], bytes,
+                            cudaMemcpyDeviceToHost, stream),
+            cudaSuccess);
+  std::vector<uint64_t> host(words);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), stamps, words * sizeof(uint64_t),
+                            cudaMemcpyDeviceToHost, stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_TRUE(got == want);
+  uint64_t prev_last_exit = 0;
+  for (int k = 0; k < kChain; ++k) {
+    uint64_t last_exit = 0;
+    for (int b = 0; b < *blocks; ++b) {
+      const uint64_t* s =
+          &host[(int64_t{k} * *blocks + b) * cuda::kStampsPerBlock];
+      SCOPED_TRACE(absl::StrCat("launch ", k, ", block ", b));
+      ASSERT_GT(s[0], 0u);
+      ASSERT_LE(s[0], s[1]);
+      ASSERT_LE(s[1], s[2]);
+      // Past its wait (or launched plainly), a block runs after every block
+      // of the launch before it has exited.
+      ASSERT_GE(s[1], prev_last_exit);
+      last_exit = std::max(last_exit, s[2]);
+    }
+    prev_last_exit = last_exit;
+  }
+  EXPECT_FALSE(
+      cuda::LaunchStampedCopy(buf[0], buf[1], 17, stamps, stream).ok());
+  for (void* b : buf) cudaFree(b);
+  cudaFree(stamps);
+  cudaStreamDestroy(stream);
+}
+
 // Resident (device) memory: a tensor larger than two staging chunks copied
 // in and out by uneven pieces at offsets, and every transpose variant run
 // on it in place, output resident or host, bit-exact against the host.

@@ -29,21 +29,59 @@ __device__ __forceinline__ void CopyTail(const uint4* __restrict__ in,
   }
 }
 
-// Four independent 16-byte loads in flight per thread before the stores:
-// enough bytes in flight to saturate HBM (Little's law), as a tuned copy does.
-// kPrefetch > 0 (launched with LaunchAfterPriorGrid): the early start of the
+// The global timer, in ns: one clock for every SM.
+__device__ __forceinline__ uint64_t GlobalNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// A stamped launch's readings of GlobalNs for its block (kStampsPerBlock),
+// written by thread 0 once every thread is past its last store: entry,
+// released (past WaitForPriorGrid) and the time of this call.
+__device__ __forceinline__ void WriteStamps(uint64_t* stamps, uint64_t entry,
+                                            uint64_t released) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t* s = stamps + kStampsPerBlock * blockIdx.x;
+    s[0] = entry;
+    s[1] = released;
+    s[2] = GlobalNs();
+  }
+}
+
+template <bool kStreaming>
+__device__ __forceinline__ void StoreVector(uint4* p, uint4 v) {
+  if constexpr (kStreaming) {
+    __stcs(p, v);  // st.global.cs: evict first
+  } else {
+    *p = v;
+  }
+}
+
+// A copy of n 16-byte vectors (and a tail), kUnroll independent loads in
+// flight per thread before its stores (Little's law: enough bytes in flight
+// to saturate HBM). kFlat: one pass, thread t of block b copying vectors
+// b * blockDim.x * kUnroll + t + u * blockDim.x; else a grid-stride loop.
+// kEarly (launched with LaunchAfterPriorGrid): the early start of the
 // transposes (grid_dependency.cuh), so that the copy ceiling of a case is
 // timed as its kernels are: every block lets the stream's next kernel be
 // scheduled, asks the L2 for the lines of the first kPrefetch vectors each
-// of its threads copies, then waits for the previous kernel.
-template <int kPrefetch>
+// of its threads copies, then waits for the previous kernel. kStreaming:
+// stores marked evict-first. kStamped: the block's times go to stamps
+// (LaunchStampedCopy).
+template <int kUnroll, bool kFlat, bool kEarly, int kPrefetch, bool kStreaming,
+          bool kStamped = false>
 __global__ void CopyKernel(const uint4* __restrict__ in,
-                           uint4* __restrict__ out, int64_t n, int tail) {
-  constexpr int kUnroll = 4;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+                           uint4* __restrict__ out, int64_t n, int tail,
+                           uint64_t* stamps) {
+  uint64_t entry = 0;
+  if constexpr (kStamped) entry = GlobalNs();
+  const int64_t threads = blockDim.x;
   const int64_t first =
-      blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if constexpr (kPrefetch > 0) {
+      blockIdx.x * threads * (kFlat ? kUnroll : 1) + threadIdx.x;
+  const int64_t stride = kFlat ? threads : gridDim.x * threads;
+  if constexpr (kEarly) {
     AllowNextGrid();
     // One lane in 8 covers the 128-byte line of its 8 neighbours' vectors.
     if (threadIdx.x % 8 == 0) {
@@ -54,6 +92,8 @@ __global__ void CopyKernel(const uint4* __restrict__ in,
     }
     WaitForPriorGrid();
   }
+  uint64_t released = 0;
+  if constexpr (kStamped) released = GlobalNs();
   CopyTail(in, out, n, tail);
   for (int64_t i = first; i < n; i += stride * kUnroll) {
     uint4 v[kUnroll];
@@ -63,9 +103,24 @@ __global__ void CopyKernel(const uint4* __restrict__ in,
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (i + u * stride < n) out[i + u * stride] = v[u];
+      if (i + u * stride < n)
+        StoreVector<kStreaming>(out + i + u * stride, v[u]);
     }
+    if constexpr (kFlat) break;
   }
+  if constexpr (kStamped) WriteStamps(stamps, entry, released);
+}
+
+// No work: a stamped kernel boundary alone, launched with an early start
+// (kEarly, as copy config 3) or plainly.
+template <bool kEarly>
+__global__ void EmptyKernel(uint64_t* stamps) {
+  const uint64_t entry = GlobalNs();
+  if constexpr (kEarly) {
+    AllowNextGrid();
+    WaitForPriorGrid();
+  }
+  WriteStamps(stamps, entry, GlobalNs());
 }
 
 __device__ __forceinline__ uint64_t Mix(uint64_t x) {
@@ -103,26 +158,71 @@ __global__ void FillKernel(T* __restrict__ out, int64_t n, uint64_t seed) {
   }
 }
 
-// One element per thread over a full grid: the other common copy shape.
-__global__ void CopyFlatKernel(const uint4* __restrict__ in,
-                               uint4* __restrict__ out, int64_t n, int tail) {
-  CopyTail(in, out, n, tail);
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = in[i];
-}
-
 // Spins until *flag reaches seq (wrap-safe) or timeout_ns pass on the
 // global timer; polls about every microsecond (each read crosses PCIe).
 __global__ void GateKernel(const volatile uint32_t* flag, uint32_t seq,
                            uint64_t timeout_ns) {
-  uint64_t start;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  const uint64_t start = GlobalNs();
   while (static_cast<int32_t>(*flag - seq) < 0) {
-    uint64_t now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > timeout_ns) return;
+    if (GlobalNs() - start > timeout_ns) return;
     __nanosleep(500);
   }
+}
+
+}  // namespace
+
+namespace {
+
+using CopyKernelFn = void (*)(const uint4*, uint4*, int64_t, int, uint64_t*);
+
+// A copy config: its kernel and launch shape.
+struct CopyConfig {
+  CopyKernelFn kernel;
+  int threads;        // per block
+  int blocks_per_sm;  // grid-stride kernels; 0: one pass (kFlat)
+  int unroll;         // the kernel's kUnroll
+  bool early;         // the kernel's kEarly: launched after the prior grid
+};
+
+// None is best everywhere, so the ceiling is the best of them. Configs 4 to 6
+// are the fastest back to back of 1002 copy shapes swept at 3.2, 6.4, 12.8
+// and 25.7 MB each way on the H200 (bench/results/h200/session16/), where
+// configs 0 to 3 reached 0.02-0.08 of the peak less.
+constexpr CopyConfig kCopies[kCopyConfigs] = {
+    // 8 blocks per SM: more than are resident at once (6, at the 34
+    // registers a thread this kernel takes), so every SM stays full.
+    {CopyKernel<4, false, false, 0, false>, 256, 8, 4, false},
+    // One vector per thread over a full grid: the other common copy shape.
+    {CopyKernel<1, true, false, 0, false>, 256, 0, 1, false},
+    // As config 0, its first loads prefetched.
+    {CopyKernel<4, false, true, 4, false>, 256, 8, 4, true},
+    // Half of every SM's threads, so that blocks of the next copy are
+    // resident beside this one's and prefetch while it runs (2 of its 4 at
+    // 40 registers a thread; capped at 32, so that all 4 fit, it was no
+    // faster: bench/results/h200/session15/). 16 vectors per thread
+    // prefetched: all of a copy of up to 34 MB on the H200.
+    {CopyKernel<4, false, true, 16, false>, 256, 4, 4, true},
+    // 1024-thread blocks, 2 vectors each, all prefetched, streaming stores:
+    // the best at 6.4 MB each way (0.815 of the peak; config 2 0.739).
+    {CopyKernel<2, true, true, 2, true>, 1024, 0, 2, true},
+    // 1024-thread blocks, 2 resident per SM (a grid of 4 per SM), 16 vectors
+    // each prefetched, streaming stores: the best at 12.8 MB (0.849; config
+    // 2 0.827).
+    {CopyKernel<1, false, true, 16, true>, 1024, 4, 1, true},
+    // One vector per thread, started early without a prefetch, streaming
+    // stores: the best at 25.7 MB (0.918; config 1 0.893).
+    {CopyKernel<1, true, true, 0, true>, 256, 0, 1, true},
+};
+
+// The current device's SM count. A device attribute read is a lookup in the
+// runtime's cache, cheap enough for every launch (and allowed while a
+// stream is captured).
+absl::StatusOr<int> CurrentDeviceSms() {
+  int sms = 0, dev = 0;
+  COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  COALESCE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
 }
 
 }  // namespace
@@ -135,40 +235,59 @@ absl::Status LaunchCopy(int config, const void* in, void* out, int64_t bytes,
         kCopyConfigs - 1, ", bytes >= 0"));
   }
   if (bytes == 0) return absl::OkStatus();
+  const CopyConfig& c = kCopies[config];
   const int64_t n = bytes / 16;
   const int tail = static_cast<int>(bytes % 16);
   const auto* src = static_cast<const uint4*>(in);
   auto* dst = static_cast<uint4*>(out);
-  constexpr int kThreads = 256;
-  if (config != 1) {
-    // A device attribute read is a lookup in the runtime's cache, cheap
-    // enough for every launch (and allowed while a stream is captured).
-    int sms = 0, dev = 0;
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-    COALESCE_CUDA_RETURN_IF_ERROR(
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (config == 0) {
-      // 8 blocks per SM: more than are resident at once (6, at the 40
-      // registers a thread this kernel takes), so every SM stays full.
-      CopyKernel<0><<<sms * 8, kThreads, 0, stream>>>(src, dst, n, tail);
-    } else if (config == 2) {
-      // As config 0, its first loads prefetched.
-      LaunchAfterPriorGrid(CopyKernel<4>, dim3(sms * 8), dim3(kThreads), 0,
-                           stream, src, dst, n, tail);
-    } else {
-      // Half of every SM's threads, so that blocks of the next copy are
-      // resident beside this one's and prefetch while it runs (2 of its 4
-      // at 40 registers a thread; capped at 32, so that all 4 fit, it was
-      // no faster: bench/results/h200/session15/). 16 vectors per thread
-      // prefetched: all of a copy of up to 34 MB on the H200.
-      LaunchAfterPriorGrid(CopyKernel<16>, dim3(sms * 4), dim3(kThreads), 0,
-                           stream, src, dst, n, tail);
-    }
+  int64_t blocks = 0;
+  if (c.blocks_per_sm > 0) {
+    COALESCE_ASSIGN_OR_RETURN(const int sms, CurrentDeviceSms());
+    blocks = int64_t{sms} * c.blocks_per_sm;
   } else {
     // At least one block, for a copy of the tail alone.
-    const int64_t blocks = std::max<int64_t>(1, (n + kThreads - 1) / kThreads);
-    CopyFlatKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        src, dst, n, tail);
+    const int64_t per_block = int64_t{c.threads} * c.unroll;
+    blocks = std::max<int64_t>(1, (n + per_block - 1) / per_block);
+  }
+  const dim3 grid(static_cast<unsigned>(blocks));
+  if (c.early) {
+    LaunchAfterPriorGrid(c.kernel, grid, dim3(c.threads), 0, stream, src, dst,
+                         n, tail, nullptr);
+  } else {
+    c.kernel<<<grid, c.threads, 0, stream>>>(src, dst, n, tail, nullptr);
+  }
+  COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> StampedBlocks() {
+  COALESCE_ASSIGN_OR_RETURN(const int sms, CurrentDeviceSms());
+  return sms * kCopies[3].blocks_per_sm;
+}
+
+absl::Status LaunchStampedCopy(const void* in, void* out, int64_t bytes,
+                               uint64_t* stamps, cudaStream_t stream) {
+  if (bytes < 16 || bytes % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stamped copy of ", bytes, " bytes: a positive multiple of 16"));
+  }
+  COALESCE_ASSIGN_OR_RETURN(const int blocks, StampedBlocks());
+  LaunchAfterPriorGrid(CopyKernel<4, false, true, 16, false, true>,
+                       dim3(blocks), dim3(kCopies[3].threads), 0, stream,
+                       static_cast<const uint4*>(in), static_cast<uint4*>(out),
+                       bytes / 16, 0, stamps);
+  COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status LaunchStampedEmpty(bool early_start, uint64_t* stamps,
+                                cudaStream_t stream) {
+  COALESCE_ASSIGN_OR_RETURN(const int blocks, StampedBlocks());
+  if (early_start) {
+    LaunchAfterPriorGrid(EmptyKernel<true>, dim3(blocks),
+                         dim3(kCopies[3].threads), 0, stream, stamps);
+  } else {
+    EmptyKernel<false><<<blocks, kCopies[3].threads, 0, stream>>>(stamps);
   }
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();

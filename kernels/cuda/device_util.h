@@ -17,15 +17,16 @@
 
 namespace coalesce::cuda {
 
-// The copy kernels, common shapes of a 16-byte-vector copy: config 0
-// loops over the data with sms * 8 blocks, config 1 launches one thread per
-// vector, config 2 is config 0 launched as the transposes are (a
-// programmatic dependent launch that starts early: launch.h,
-// grid_dependency.cuh), config 3 is config 2 on half of every SM's threads,
-// so that back to back the next copy is resident beside it and prefetches
-// all of a small copy while it runs. None is best everywhere, so a copy
-// ceiling is the best of them.
-constexpr int kCopyConfigs = 4;
+// The copy kernels, shapes of a 16-byte-vector copy: config 0 loops over
+// the data with sms * 8 blocks, config 1 launches one thread per vector,
+// config 2 is config 0 launched as the transposes are (a programmatic
+// dependent launch that starts early: launch.h, grid_dependency.cuh),
+// config 3 is config 2 on half of every SM's threads, so that back to back
+// the next copy is resident beside it and prefetches all of a small copy
+// while it runs; configs 4 to 6 are the fastest of a sweep of copy shapes at
+// small sizes (device_util.cu). None is best everywhere, so a copy ceiling
+// is the best of them.
+constexpr int kCopyConfigs = 7;
 
 // Enqueues a copy of `bytes` from in to out on stream with copy kernel
 // `config` (in [0, kCopyConfigs)); in and out 16-byte aligned, any bytes >= 0
@@ -33,6 +34,25 @@ constexpr int kCopyConfigs = 4;
 // returned; nothing is synchronized, so it may be captured into a graph.
 absl::Status LaunchCopy(int config, const void* in, void* out, int64_t bytes,
                         cudaStream_t stream);
+
+// Kernel-boundary probes (coalesce-kernel-gap, bench/kernel_gap.cc): what
+// a kernel boundary costs back to back, apart from any memory traffic. A
+// stamped launch runs on copy config 3's grid, StampedBlocks() blocks of 256
+// threads (4 per SM), and every block's thread 0 writes kStampsPerBlock
+// global-timer readings (ns) to stamps[kStampsPerBlock * block ...]: on entry,
+// past the wait for the previous kernel, and on exit once every thread of the
+// block has issued its last store.
+constexpr int kStampsPerBlock = 3;
+absl::StatusOr<int> StampedBlocks();
+
+// Copy config 3, stamped: bytes a positive multiple of 16.
+absl::Status LaunchStampedCopy(const void* in, void* out, int64_t bytes,
+                               uint64_t* stamps, cudaStream_t stream);
+
+// A kernel that does nothing but stamp: launched as copy config 3 is (an
+// early start that waits for the previous kernel) or plainly.
+absl::Status LaunchStampedEmpty(bool early_start, uint64_t* stamps,
+                                cudaStream_t stream);
 
 // Bytes read + written per second of a device-to-device copy of `bytes`,
 // timed with events on `stream` after a warm-up that brings the clocks up:

@@ -1,0 +1,394 @@
+// coalesce-kernel-gap: what a kernel boundary costs back to back on this GPU,
+// the part of a small case's time that no kernel can move at the copy peak.
+//
+//   coalesce-kernel-gap [--json=PATH] [--chain=64] [--rounds=5]
+//
+// Everything is timed as coalesce-bench times back to back: a chain of
+// launches captured into one CUDA graph between two events, the graph
+// replayed twice and the second replay timed, buffers rotated so that the
+// chain does not find its data in the L2. Measured, in order:
+//   peak      the start-up copy peak (MeasureCopyBandwidth, as the server)
+//   empty     a kernel on copy config 3's grid that does nothing, launched
+//             plainly and with the early start: the boundary with no bytes
+//   copy      LaunchCopy, every config, over sizes from 1 MiB to 256 MiB
+//             each way: per size the best time, its fraction of the peak and
+//             its excess over the bytes at the peak rate; a least-squares
+//             line through the sizes up to 64 MiB (intercept, marginal rate)
+//   timeline  the empty kernel and copy config 3, stamped (global timer per
+//             block): per boundary, from the previous kernel's last block
+//             exit to this kernel's first block entry (negative: it started
+//             early), to its first block released from the wait, and from
+//             that release to its own last block exit (the data phase)
+// A progress line goes to stderr per measurement; the table goes to stdout.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/core/status_macros.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.h"
+
+ABSL_FLAG(std::string, json, "", "write the results as JSON to this path");
+ABSL_FLAG(int, chain, 64, "launches per captured chain");
+ABSL_FLAG(int, rounds, 5, "chains timed per measurement (median reported)");
+
+namespace coalesce {
+namespace {
+
+using cuda::CudaStatus;
+
+constexpr int64_t kMiB = 1 << 20;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Device memory freed on every exit path.
+struct DeviceMemory {
+  std::vector<void*> blocks;
+  ~DeviceMemory() {
+    for (void* p : blocks) cudaFree(p);
+  }
+  absl::StatusOr<void*> Alloc(int64_t bytes) {
+    void* p = nullptr;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+    blocks.push_back(p);
+    return p;
+  }
+};
+
+class Prober {
+ public:
+  static absl::StatusOr<Prober> Create() {
+    Prober p;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+    cudaDeviceProp prop{};
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
+    p.name_ = prop.name;
+    p.l2_bytes_ = prop.l2CacheSize;
+    p.memory_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
+    COALESCE_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&p.stream_, cudaStreamNonBlocking));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&p.start_));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&p.stop_));
+    COALESCE_ASSIGN_OR_RETURN(p.blocks_, cuda::StampedBlocks());
+    return p;
+  }
+
+  const std::string& name() const { return name_; }
+  int64_t l2_bytes() const { return l2_bytes_; }
+  int64_t memory_bytes() const { return memory_bytes_; }
+  int blocks() const { return blocks_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Seconds per launch of chain launches of launch(k), k = 0..chain-1,
+  // captured as one graph: the second of two replays, timed with events.
+  absl::StatusOr<double> TimeChain(
+      int chain, absl::FunctionRef<absl::Status(int k)> launch) {
+    cudaGraph_t graph = nullptr;
+    COALESCE_CUDA_RETURN_IF_ERROR(
+        cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    absl::Status captured = absl::OkStatus();
+    for (int k = 0; k < chain && captured.ok(); ++k) captured = launch(k);
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    COALESCE_RETURN_IF_ERROR(captured);
+    COALESCE_CUDA_RETURN_IF_ERROR(end);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    COALESCE_CUDA_RETURN_IF_ERROR(inst);
+    absl::Status st = CudaStatus(cudaGraphLaunch(exec, stream_),
+                                 "cudaGraphLaunch", __FILE__, __LINE__);
+    if (st.ok())
+      st = CudaStatus(cudaEventRecord(start_, stream_), "record", __FILE__,
+                      __LINE__);
+    if (st.ok())
+      st = CudaStatus(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch",
+                      __FILE__, __LINE__);
+    if (st.ok())
+      st = CudaStatus(cudaEventRecord(stop_, stream_), "record", __FILE__,
+                      __LINE__);
+    if (st.ok())
+      st = CudaStatus(cudaEventSynchronize(stop_), "cudaEventSynchronize",
+                      __FILE__, __LINE__);
+    cudaGraphExecDestroy(exec);
+    COALESCE_RETURN_IF_ERROR(st);
+    float ms = 0;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1e-3 / chain;
+  }
+
+ private:
+  std::string name_;
+  int64_t l2_bytes_ = 0;
+  int64_t memory_bytes_ = 0;
+  int blocks_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+// Buffer pairs a chain rotates over for copies of bytes each way: enough
+// that the chain touches twice the L2 before it comes back to a pair, at
+// most chain.
+int RotationSets(int64_t bytes, int64_t l2_bytes, int chain) {
+  const int64_t sets = (4 * l2_bytes + 2 * bytes - 1) / (2 * bytes);
+  return static_cast<int>(std::clamp<int64_t>(sets, 2, chain));
+}
+
+// Medians over a chain's boundaries k = 1..chain-1, in microseconds.
+struct Timeline {
+  double entry_us = 0;    // first block entry after the previous last exit
+  double release_us = 0;  // first block released after the previous last exit
+  double data_us = 0;     // from that release to the kernel's last block exit
+  double period_us = 0;   // last exit to last exit
+  double tick_ns = 0;     // the smallest step seen between two readings
+};
+
+Timeline ReadTimeline(const std::vector<uint64_t>& stamps, int chain,
+                      int blocks) {
+  std::vector<double> entry, release, data, period;
+  auto span = [&](int k, int field, bool last) {
+    uint64_t v = last ? 0 : UINT64_MAX;
+    for (int b = 0; b < blocks; ++b) {
+      const uint64_t s =
+          stamps[(static_cast<size_t>(k) * blocks + b) * cuda::kStampsPerBlock +
+                 field];
+      v = last ? std::max(v, s) : std::min(v, s);
+    }
+    return static_cast<double>(v);
+  };
+  for (int k = 1; k < chain; ++k) {
+    const double prev_exit = span(k - 1, 2, true);
+    const double first_release = span(k, 1, false);
+    entry.push_back((span(k, 0, false) - prev_exit) * 1e-3);
+    release.push_back((first_release - prev_exit) * 1e-3);
+    data.push_back((span(k, 2, true) - first_release) * 1e-3);
+    period.push_back((span(k, 2, true) - prev_exit) * 1e-3);
+  }
+  std::vector<uint64_t> sorted = stamps;
+  std::sort(sorted.begin(), sorted.end());
+  uint64_t tick = UINT64_MAX;
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i] > sorted[i - 1])
+      tick = std::min(tick, sorted[i] - sorted[i - 1]);
+  }
+  return {Median(entry), Median(release), Median(data), Median(period),
+          tick == UINT64_MAX ? 0 : static_cast<double>(tick)};
+}
+
+std::string TimelineJson(const Timeline& t) {
+  return absl::StrFormat(
+      "\"entry_us\":%.3f,\"release_us\":%.3f,\"data_us\":%.3f,"
+      "\"period_us\":%.3f,\"tick_ns\":%.0f",
+      t.entry_us, t.release_us, t.data_us, t.period_us, t.tick_ns);
+}
+
+absl::Status Run() {
+  const int chain = std::max(4, absl::GetFlag(FLAGS_chain));
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  COALESCE_ASSIGN_OR_RETURN(Prober p, Prober::Create());
+  std::vector<std::string> json;
+  absl::FPrintF(stderr, "[1/4] copy peak (as at server start-up)...\n");
+  const int64_t probe = std::min<int64_t>(1024 * kMiB, p.memory_bytes() / 8);
+  COALESCE_ASSIGN_OR_RETURN(const double peak,
+                            cuda::MeasureCopyBandwidth(probe, 10, p.stream()));
+  absl::PrintF("device %s, %d stamped blocks, L2 %d MB\n", p.name(), p.blocks(),
+               p.l2_bytes() / 1000000);
+  absl::PrintF("copy peak %.0f GB/s\n\n", peak / 1e9);
+  json.push_back(absl::StrFormat(
+      "\"device\":\"%s\",\"peak_GBps\":%.2f,\"chain\":%d,\"rounds\":%d,"
+      "\"stamped_blocks\":%d",
+      p.name(), peak / 1e9, chain, rounds, p.blocks()));
+
+  // Stamps for one chain of stamped launches.
+  DeviceMemory mem;
+  const int64_t stamp_words =
+      static_cast<int64_t>(chain) * p.blocks() * cuda::kStampsPerBlock;
+  COALESCE_ASSIGN_OR_RETURN(void* stamps_v,
+                            mem.Alloc(stamp_words * sizeof(uint64_t)));
+  auto* stamps = static_cast<uint64_t*>(stamps_v);
+  auto stamps_of = [&](int k) {
+    return stamps +
+           static_cast<int64_t>(k) * p.blocks() * cuda::kStampsPerBlock;
+  };
+  // Times rounds chains of launch; the last chain's stamps are read back.
+  auto timed = [&](absl::FunctionRef<absl::Status(int)> launch,
+                   Timeline* timeline) -> absl::StatusOr<double> {
+    std::vector<double> s;
+    for (int r = 0; r < rounds; ++r) {
+      COALESCE_ASSIGN_OR_RETURN(double t, p.TimeChain(chain, launch));
+      s.push_back(t);
+    }
+    if (timeline != nullptr) {
+      std::vector<uint64_t> host(stamp_words);
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), stamps,
+                                               stamp_words * sizeof(uint64_t),
+                                               cudaMemcpyDeviceToHost));
+      *timeline = ReadTimeline(host, chain, p.blocks());
+    }
+    return Median(s);
+  };
+
+  absl::FPrintF(stderr, "[2/4] empty kernels...\n");
+  absl::PrintF("%-28s %9s %9s %9s %9s %9s %7s\n", "back to back", "us/launch",
+               "entry", "release", "data", "period", "tick");
+  std::vector<std::string> empties;
+  for (bool early : {false, true}) {
+    Timeline tl;
+    COALESCE_ASSIGN_OR_RETURN(const double s,
+                              timed(
+                                  [&](int k) {
+                                    return cuda::LaunchStampedEmpty(
+                                        early, stamps_of(k), p.stream());
+                                  },
+                                  &tl));
+    const char* what = early ? "empty, early start" : "empty, plain launch";
+    absl::PrintF("%-28s %9.3f %9.3f %9.3f %9.3f %9.3f %5.0fns\n", what, s * 1e6,
+                 tl.entry_us, tl.release_us, tl.data_us, tl.period_us,
+                 tl.tick_ns);
+    empties.push_back(absl::StrFormat("{\"early_start\":%s,\"us\":%.3f,%s}",
+                                      early ? "true" : "false", s * 1e6,
+                                      TimelineJson(tl)));
+  }
+  json.push_back(absl::StrCat("\"empty\":[", absl::StrJoin(empties, ","), "]"));
+
+  // Copies: the [8,512,28,28] layouts' sizes among powers of two.
+  std::vector<int64_t> sizes;
+  for (int64_t s = kMiB; s <= 256 * kMiB; s *= 2) sizes.push_back(s);
+  sizes.push_back(8 * 512 * 28 * 28 * 2);
+  sizes.push_back(8 * 512 * 28 * 28 * 4);
+  std::sort(sizes.begin(), sizes.end());
+  absl::PrintF("\n%12s %6s %9s %9s %9s %9s\n", "bytes each", "config",
+               "us/launch", "x peak", "at peak", "excess");
+  std::vector<std::string> copies;
+  std::vector<double> fit_x, fit_y;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t bytes = sizes[i];
+    absl::FPrintF(stderr, "[3/4] copy %zu/%zu: %d bytes each way...\n", i + 1,
+                  sizes.size(), bytes);
+    const int sets = RotationSets(bytes, p.l2_bytes(), chain);
+    DeviceMemory bufs;
+    std::vector<void*> in(sets), out(sets);
+    for (int s = 0; s < sets; ++s) {
+      COALESCE_ASSIGN_OR_RETURN(in[s], bufs.Alloc(bytes));
+      COALESCE_ASSIGN_OR_RETURN(out[s], bufs.Alloc(bytes));
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemset(in[s], 0x3c, bytes));
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemset(out[s], 0xff, bytes));
+    }
+    double best = 0;
+    int best_config = 0;
+    std::vector<std::string> per_config;
+    for (int c = 0; c < cuda::kCopyConfigs; ++c) {
+      COALESCE_ASSIGN_OR_RETURN(const double s, timed(
+                                                    [&](int k) {
+                                                      return cuda::LaunchCopy(
+                                                          c, in[k % sets],
+                                                          out[k % sets], bytes,
+                                                          p.stream());
+                                                    },
+                                                    nullptr));
+      per_config.push_back(absl::StrFormat("%.3f", s * 1e6));
+      if (best == 0 || s < best) {
+        best = s;
+        best_config = c;
+      }
+    }
+    const double at_peak = 2.0 * bytes / peak;
+    absl::PrintF("%12d %6d %9.3f %9.3f %9.3f %9.3f\n", bytes, best_config,
+                 best * 1e6, at_peak / best, at_peak * 1e6,
+                 (best - at_peak) * 1e6);
+    if (bytes <= 64 * kMiB) {
+      fit_x.push_back(2.0 * bytes);
+      fit_y.push_back(best);
+    }
+    std::string entry = absl::StrFormat(
+        "{\"bytes_each_way\":%d,\"sets\":%d,\"config_us\":[%s],"
+        "\"best_config\":%d,\"us\":%.3f,\"frac_peak\":%.4f,"
+        "\"at_peak_us\":%.3f,\"excess_us\":%.3f",
+        bytes, sets, absl::StrJoin(per_config, ","), best_config, best * 1e6,
+        at_peak / best, at_peak * 1e6, (best - at_peak) * 1e6);
+    // The stamped config 3 at the sizes of a small case: where its time goes.
+    if (bytes <= 64 * kMiB) {
+      Timeline tl;
+      COALESCE_ASSIGN_OR_RETURN(const double s,
+                                timed(
+                                    [&](int k) {
+                                      return cuda::LaunchStampedCopy(
+                                          in[k % sets], out[k % sets], bytes,
+                                          stamps_of(k), p.stream());
+                                    },
+                                    &tl));
+      absl::StrAppend(&entry, absl::StrFormat(",\"stamped\":{\"us\":%.3f,%s}",
+                                              s * 1e6, TimelineJson(tl)));
+      absl::PrintF(
+          "%12s %6s %9.3f   stamped: entry %.3f, release %.3f, "
+          "data %.3f (%.3f x peak), period %.3f us\n",
+          "", "3s", s * 1e6, tl.entry_us, tl.release_us, tl.data_us,
+          at_peak * 1e6 / tl.data_us, tl.period_us);
+    }
+    copies.push_back(entry + "}");
+  }
+  json.push_back(absl::StrCat("\"copy\":[", absl::StrJoin(copies, ","), "]"));
+
+  // t = a + x / rate over the sizes up to 64 MiB each way.
+  absl::FPrintF(stderr, "[4/4] fit...\n");
+  const double n = static_cast<double>(fit_x.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < fit_x.size(); ++i) {
+    sx += fit_x[i];
+    sy += fit_y[i];
+    sxx += fit_x[i] * fit_x[i];
+    sxy += fit_x[i] * fit_y[i];
+  }
+  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  const double intercept = (sy - slope * sx) / n;
+  absl::PrintF(
+      "\nbest copy, 1-64 MiB each way: t = %.3f us + bytes moved / %.0f GB/s "
+      "(%.3f x peak)\n",
+      intercept * 1e6, 1e-9 / slope, 1.0 / slope / peak);
+  json.push_back(absl::StrFormat(
+      "\"fit\":{\"intercept_us\":%.3f,\"rate_GBps\":%.2f,\"rate_frac_peak\":"
+      "%.4f}",
+      intercept * 1e6, 1e-9 / slope, 1.0 / slope / peak));
+
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (!path.empty()) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) return absl::InternalError(absl::StrCat("open ", path));
+    absl::FPrintF(f, "{%s}\n", absl::StrJoin(json, ","));
+    std::fclose(f);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace coalesce
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "What a kernel boundary costs back to back on this GPU (see the file "
+      "header of bench/kernel_gap.cc).");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status st = coalesce::Run();
+  if (!st.ok()) {
+    absl::FPrintF(stderr, "coalesce-kernel-gap: %s\n", st.ToString());
+    return 1;
+  }
+  return 0;
+}
