@@ -18,6 +18,7 @@ void RegisterCudaVariants(VariantRegistry& r) {
   r.Add(cuda::MakePermuteVariant(PermuteKernel::kTiled));
   r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kVec16));
   r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kSmallDim));
+  r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kTma));
   r.Add(cuda::MakeGemmNaiveVariant());
   r.Add(cuda::MakeGemmSmemTiledVariant());
   r.Add(cuda::MakeGemmRegTiledVariant());

@@ -14,7 +14,7 @@ std::unique_ptr<KernelVariant> MakeTransposeVariant(TransposeKernel k);
 
 // convert_layout.cuda.{naive,tiled}: any permutation.
 std::unique_ptr<KernelVariant> MakePermuteVariant(PermuteKernel k);
-// convert_layout.cuda.{vec16,small_dim}: permutations that collapse to a
+// convert_layout.cuda.{vec16,small_dim,tma}: permutations that collapse to a
 // batched 2-D transpose, run by the transpose kernel k.
 std::unique_ptr<KernelVariant> MakeLayoutTransposeVariant(TransposeKernel k);
 
