@@ -169,10 +169,6 @@ __global__ void GateKernel(const volatile uint32_t* flag, uint32_t seq,
   }
 }
 
-}  // namespace
-
-namespace {
-
 using CopyKernelFn = void (*)(const uint4*, uint4*, int64_t, int, uint64_t*);
 
 // A copy config: its kernel and launch shape.
@@ -184,6 +180,23 @@ struct CopyConfig {
   bool early;         // the kernel's kEarly: launched after the prior grid
 };
 
+// The config of CopyKernel<kUnroll, kFlat, kEarly, kPrefetch, kStreaming> on
+// blocks of `threads`, `blocks_per_sm` of them per SM where it loops over
+// the data (kFlat: as many as one pass takes); the other fields follow from
+// the kernel's.
+template <int kUnroll, bool kFlat, bool kEarly, int kPrefetch, bool kStreaming,
+          bool kStamped = false>
+constexpr CopyConfig MakeCopy(int threads, int blocks_per_sm = 0) {
+  return {CopyKernel<kUnroll, kFlat, kEarly, kPrefetch, kStreaming, kStamped>,
+          threads, kFlat ? 0 : blocks_per_sm, kUnroll, kEarly};
+}
+
+// Config 3 (below); the stamped probes run its kernel stamped, on its grid.
+template <bool kStamped = false>
+constexpr CopyConfig HalfSmCopy() {
+  return MakeCopy<4, false, true, 16, false, kStamped>(256, 4);
+}
+
 // None is best everywhere, so the ceiling is the best of them. Configs 4 to 6
 // are the fastest back to back of 1002 copy shapes swept at 3.2, 6.4, 12.8
 // and 25.7 MB each way on the H200 (bench/results/h200/session16/), where
@@ -191,27 +204,27 @@ struct CopyConfig {
 constexpr CopyConfig kCopies[kCopyConfigs] = {
     // 8 blocks per SM: more than are resident at once (6, at the 34
     // registers a thread this kernel takes), so every SM stays full.
-    {CopyKernel<4, false, false, 0, false>, 256, 8, 4, false},
+    MakeCopy<4, false, false, 0, false>(256, 8),
     // One vector per thread over a full grid: the other common copy shape.
-    {CopyKernel<1, true, false, 0, false>, 256, 0, 1, false},
+    MakeCopy<1, true, false, 0, false>(256),
     // As config 0, its first loads prefetched.
-    {CopyKernel<4, false, true, 4, false>, 256, 8, 4, true},
+    MakeCopy<4, false, true, 4, false>(256, 8),
     // Half of every SM's threads, so that blocks of the next copy are
     // resident beside this one's and prefetch while it runs (2 of its 4 at
     // 40 registers a thread; capped at 32, so that all 4 fit, it was no
     // faster: bench/results/h200/session15/). 16 vectors per thread
     // prefetched: all of a copy of up to 34 MB on the H200.
-    {CopyKernel<4, false, true, 16, false>, 256, 4, 4, true},
+    HalfSmCopy(),
     // 1024-thread blocks, 2 vectors each, all prefetched, streaming stores:
     // the best at 6.4 MB each way (0.815 of the peak; config 2 0.739).
-    {CopyKernel<2, true, true, 2, true>, 1024, 0, 2, true},
+    MakeCopy<2, true, true, 2, true>(1024),
     // 1024-thread blocks, 2 resident per SM (a grid of 4 per SM), 16 vectors
     // each prefetched, streaming stores: the best at 12.8 MB (0.849; config
     // 2 0.827).
-    {CopyKernel<1, false, true, 16, true>, 1024, 4, 1, true},
+    MakeCopy<1, false, true, 16, true>(1024, 4),
     // One vector per thread, started early without a prefetch, streaming
     // stores: the best at 25.7 MB (0.918; config 1 0.893).
-    {CopyKernel<1, true, true, 0, true>, 256, 0, 1, true},
+    MakeCopy<1, true, true, 0, true>(256),
 };
 
 // The current device's SM count. A device attribute read is a lookup in the
@@ -262,7 +275,7 @@ absl::Status LaunchCopy(int config, const void* in, void* out, int64_t bytes,
 
 absl::StatusOr<int> StampedBlocks() {
   COALESCE_ASSIGN_OR_RETURN(const int sms, CurrentDeviceSms());
-  return sms * kCopies[3].blocks_per_sm;
+  return sms * HalfSmCopy().blocks_per_sm;
 }
 
 absl::Status LaunchStampedCopy(const void* in, void* out, int64_t bytes,
@@ -272,8 +285,8 @@ absl::Status LaunchStampedCopy(const void* in, void* out, int64_t bytes,
         "stamped copy of ", bytes, " bytes: a positive multiple of 16"));
   }
   COALESCE_ASSIGN_OR_RETURN(const int blocks, StampedBlocks());
-  LaunchAfterPriorGrid(CopyKernel<4, false, true, 16, false, true>,
-                       dim3(blocks), dim3(kCopies[3].threads), 0, stream,
+  constexpr CopyConfig c = HalfSmCopy<true>();
+  LaunchAfterPriorGrid(c.kernel, dim3(blocks), dim3(c.threads), 0, stream,
                        static_cast<const uint4*>(in), static_cast<uint4*>(out),
                        bytes / 16, 0, stamps);
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
@@ -285,9 +298,9 @@ absl::Status LaunchStampedEmpty(bool early_start, uint64_t* stamps,
   COALESCE_ASSIGN_OR_RETURN(const int blocks, StampedBlocks());
   if (early_start) {
     LaunchAfterPriorGrid(EmptyKernel<true>, dim3(blocks),
-                         dim3(kCopies[3].threads), 0, stream, stamps);
+                         dim3(HalfSmCopy().threads), 0, stream, stamps);
   } else {
-    EmptyKernel<false><<<blocks, kCopies[3].threads, 0, stream>>>(stamps);
+    EmptyKernel<false><<<blocks, HalfSmCopy().threads, 0, stream>>>(stamps);
   }
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
