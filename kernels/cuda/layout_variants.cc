@@ -57,23 +57,37 @@ class PermuteVariant final : public LayoutBase {
   PermuteKernel kernel_;
 };
 
+// A layout variant's name suffix and description, by its transpose kernel.
+struct LayoutDoc {
+  const char* suffix;
+  const char* description;
+};
+
+LayoutDoc LayoutDocOf(TransposeKernel k) {
+  switch (k) {
+    case TransposeKernel::kSmallDim:
+      return {"small_dim",
+              "collapsed batched transpose with a side <= 16 (C = 3 "
+              "images, AoS records): both sides coalesced"};
+    case TransposeKernel::kTma:
+      return {"tma",
+              "collapsed batched transpose by the TMA-fed transpose: "
+              "persistent blocks, several input tiles in flight"};
+    default:
+      return {"vec16",
+              "collapsed batched transpose by the 16-byte vec16 transpose"};
+  }
+}
+
 // Permutations that collapse to a batched 2-D transpose.
 class LayoutTransposeVariant final : public LayoutBase {
  public:
   explicit LayoutTransposeVariant(TransposeKernel k)
-      : kernel_(k), name_(absl::StrCat("convert_layout.cuda.", Suffix(k))) {}
+      : kernel_(k),
+        name_(absl::StrCat("convert_layout.cuda.", LayoutDocOf(k).suffix)) {}
   absl::string_view name() const override { return name_; }
   absl::string_view description() const override {
-    switch (kernel_) {
-      case TransposeKernel::kSmallDim:
-        return "collapsed batched transpose with a side <= 16 (C = 3 "
-               "images, AoS records): both sides coalesced";
-      case TransposeKernel::kTma:
-        return "collapsed batched transpose by the TMA-fed transpose: "
-               "persistent blocks, several input tiles in flight";
-      default:
-        return "collapsed batched transpose by the 16-byte vec16 transpose";
-    }
+    return LayoutDocOf(kernel_).description;
   }
 
  protected:
@@ -99,16 +113,6 @@ class LayoutTransposeVariant final : public LayoutBase {
   }
 
  private:
-  static absl::string_view Suffix(TransposeKernel k) {
-    switch (k) {
-      case TransposeKernel::kSmallDim:
-        return "small_dim";
-      case TransposeKernel::kTma:
-        return "tma";
-      default:
-        return "vec16";
-    }
-  }
   static bool AsTranspose(const PermuteProblem& p, TransposeShape* s) {
     s->elem_bytes = static_cast<int>(ElementSize(p.dtype));
     return AsBatchedTranspose(Collapse(p), &s->batch, &s->rows, &s->cols);
