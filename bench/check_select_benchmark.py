@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs select_benchmark and fails if a cache-hit selection costs 2 us or
-more (issue 6's bound), printing what it measured.
+more (the selection cost bound), printing what it measured.
 
     check_select_benchmark.py PATH_TO_select_benchmark
 """

@@ -10,13 +10,13 @@ table entry to the last shape with its key. It writes
 transpose_selection_seed{7,8}.txt ("M,N<TAB>variant=seconds,..." lines) for
 selection_estimate_test, which checks the C++ estimates against them:
 
-  python3 bench/transpose_selection_data.py \\
-      --sweep bench/results/h200/session14/transpose-tune \\
+  python3 bench/transpose_selection_data.py --sweep OUT \\
       --write-testdata kernels/cuda/testdata
 
-Sweeps from the fourteenth session on also write every shape's times
-(shapes-PHASE-transpose.tsv, `coalesce tune --shapes_out`), which a later
-version of this tool can read instead. Plain Python 3, no packages.
+where OUT is a tune sweep's output folder (`TUNE_OPS=transpose
+scripts/gpu-check.sh OUT tune`). The sweep also writes every shape's times
+(shapes-PHASE-transpose.tsv, `coalesce tune --shapes_out`), which this tool
+could read instead of the tables. Plain Python 3, no packages.
 """
 
 import argparse
@@ -27,12 +27,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep_shapes  # noqa: E402
 from sweep_shapes import align_class, log2_bucket, random_shapes  # noqa: E402
 
-SEEDS = ((7, "table-heuristic-transpose.txt"), (8, "table-cold-transpose.txt"))
+PHASES = ((7, "table-heuristic-transpose.txt"), (8, "table-cold-transpose.txt"))
 MAX_BYTES = 256 << 20  # gpu-check.sh's --max_shape_bytes for transposes
 
 
 def shape_key(rows, cols):
-    """ShapeKey (kernels/core/selection_key.cc) of a float32 transpose."""
+    """ShapeKey (kernels/selection/selection_key.cc) of a float32 transpose."""
     return "transpose|float32|b0|r%d|c%d|a%d.%d" % (
         log2_bucket(rows), log2_bucket(cols), align_class(rows),
         align_class(cols))
@@ -55,18 +55,19 @@ def measured_shapes(sweep, seed, table_file):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sweep", required=True,
-                   help="directory of a transpose sweep's tables")
+                   help="a tune sweep's output folder (scripts/gpu-check.sh "
+                   "OUT tune), with its transpose tables")
     p.add_argument("--write-testdata", metavar="DIR", required=True)
     args = p.parse_args()
-    for seed, table_file in SEEDS:
+    for seed, table_file in PHASES:
         rows = measured_shapes(args.sweep, seed, table_file)
         path = os.path.join(args.write_testdata,
                             "transpose_selection_seed%d.txt" % seed)
         with open(path, "w") as f:
             f.write("# RandomShapes(\"transpose\", 200, %d, 256 MiB), float32,"
                     " the last shape of each key, with its entry in\n"
-                    "# %s/%s (bench/transpose_selection_data.py)\n"
-                    % (seed, os.path.relpath(args.sweep), table_file))
+                    "# a tune sweep's %s (bench/transpose_selection_data.py)\n"
+                    % (seed, table_file))
             for (r, c), seconds in rows:
                 f.write("%d,%d\t%s\n" % (r, c, ",".join(
                     "%s=%.9g" % kv for kv in sorted(seconds.items()))))

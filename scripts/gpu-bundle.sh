@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # Builds, here, everything the GPU check needs for the H200 (Release, CUDA on,
-# sm_90) and bundles the binaries with their Debian libraries into
-# gpu-bundle.tar.xz (git-ignored; OpenBLAS alone is 35 MB uncompressed and
-# the device tool carries 64 MiB), to be carried to the GPU machine and
-# unpacked there by scripts/gpu-check.sh.
+# sm_90) and bundles the binaries with their Debian libraries
+# (scripts/bundle-libs.sh) into gpu-bundle.tar.xz (git-ignored; OpenBLAS
+# alone is 35 MB uncompressed, so the archive is xz-compressed), to be
+# carried to the GPU machine and unpacked there by scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-build-gpu}
 COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test profile_sampling_gpu_test gpu_data_plane_test coalesce-server coalesce-cli coalesce-kernel-gap}" \
   scripts/build.sh
 rm -rf gpu-bundle gpu-bundle.tar.xz
+# Each binary is found by name anywhere in the build tree, so the bundle
+# does not depend on where the build places it.
 bins=()
-for b in bench/coalesce-bench bench/coalesce-kernel-gap \
-         kernels/cuda/cuda_conformance_test \
-         kernels/cuda/profile_sampling_gpu_test server/gpu_data_plane_test \
-         server/coalesce-server client/coalesce; do
-  [ -x "$BUILD_DIR/$b" ] && bins+=("$BUILD_DIR/$b")
+for name in coalesce-bench coalesce-kernel-gap cuda_conformance_test \
+            profile_sampling_gpu_test gpu_data_plane_test coalesce-server \
+            coalesce; do
+  path=$(find "$BUILD_DIR" -type f -name "$name" -perm -u+x -not -path '*/CMakeFiles/*' -print -quit)
+  if [ -n "$path" ]; then
+    bins+=("$path")
+  else
+    echo "gpu-bundle: $name not built, left out" >&2
+  fi
 done
-../shared/gpu/bundle-libs.sh gpu-bundle "${bins[@]}"
+scripts/bundle-libs.sh gpu-bundle "${bins[@]}"
 # --profile_sampling loads CUPTI with dlopen (ldd, which bundle-libs.sh
 # follows, does not list it) and CUPTI loads libnvperf_host/_target itself.
 # The build's own copies go along, as one release, from the directory where

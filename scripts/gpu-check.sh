@@ -24,10 +24,10 @@
 #   profile   ncu detail (instructions, issue slots, stalls, DRAM) for one
 #             launch of the fastest GELU-LN variant at [8192,4096], fp32
 #             and bf16: whether a kernel is bound by memory or by issue
-#   service   issue 8's H200 figures: coalesce-bench service against a server
+#   service   the service benchmark: coalesce-bench service against a server
 #             here (GELU-LN on device handles, transposes inline, Echo)
 #             and the GELU-LN kernel's own bandwidth at the same shape
-#   tune      issue 6's quality sweep: a server on this GPU, `coalesce tune`
+#   tune      the selection quality sweep: a server on this GPU, `coalesce tune`
 #             over TUNE_SHAPES (default 200) random shapes per op: heuristic
 #             only (training shapes, seed 7, whose table is shipped); cold,
 #             i.e. that table and the heuristic, on other shapes (seed 8);
@@ -165,7 +165,7 @@ if has tune; then
       first=${first:-$op}
       max=268435456
       [ "$op" = gemm ] && max=67108864
-      "$bin/coalesce" --server=127.0.0.1:$port tune $op --random_shapes=$shapes \
+      "$bin/coalesce" --server="127.0.0.1:$port" tune "$op" --random_shapes="$shapes" \
         --shapes_seed="$2" --max_shape_bytes=$max --out="$out/table-$1-$op.txt" \
         --shapes_out="$out/shapes-$1-$op.tsv" \
         >"$out/tune-$1-$op.txt" 2>/dev/null || status=1
@@ -180,7 +180,7 @@ if has tune; then
     for op in $ops; do
       grep '^entry ' "$out/table-$1-$op.txt" >>"$out/table-$1.txt"
     done
-    kill $server_pid; wait $server_pid 2>/dev/null
+    kill "$server_pid"; wait "$server_pid" 2>/dev/null
   }
   # 1. The heuristic alone, over training shapes (seed 7): their table is
   #    the one shipped (deploy/tuning/).
@@ -195,20 +195,20 @@ if has tune; then
   sweep tuned "$cold_seed"
 fi
 if has service; then
-  # Issue 8 on this GPU: 64 MiB float32 GELU-LN with its input a
+  # The service on this GPU: 64 MiB float32 GELU-LN with its input a
   # device-resident handle and its output kept as one, at concurrency 8,
   # against the kernel's own bandwidth (kernels mode, same shape); and 64 MiB
   # transposes inline against Echo. The bench waits for SERVING.
-  echo "== service bench (issue 8)"
+  echo "== service bench"
   serve
   for c in "gelu-ln handle,inline" "transpose inline,handle"; do
     read -r op transports <<<"$c"
-    "$bin/coalesce-bench" service --server=127.0.0.1:$port --op="$op" \
+    "$bin/coalesce-bench" service --server="127.0.0.1:$port" --op="$op" \
       --transport="$transports" --bytes=67108864 --concurrency=8 \
       --duration_s=4 --json="$out/service-$op.json" 2>/dev/null |
       tee "$out/service-$op.txt" | tail -n 4 || status=1
   done
-  kill $server_pid; wait $server_pid 2>/dev/null
+  kill "$server_pid"; wait "$server_pid" 2>/dev/null
   # The kernel on the service's own problem (x alone) and with every
   # operand.
   for operands in "" "bias,residual,gamma,beta"; do

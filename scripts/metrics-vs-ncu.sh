@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's proof that the exported figures are true, on the GPU machine,
+# Checks the exported metrics against Nsight Compute, on the GPU machine,
 # from the repo root with gpu-bundle.tar.xz carried:
 #   scripts/metrics-vs-ncu.sh OUT_DIR
 # 1. A server answers each op's request twice with --report (the first is
@@ -21,7 +21,7 @@ mkdir -p "$out"
 # shellcheck source=scripts/gpu-env.sh
 . "$(dirname "$0")/gpu-env.sh"
 serve
-cli() { "$bin/coalesce" --server=127.0.0.1:$port "$@" --report; }
+cli() { "$bin/coalesce" --server="127.0.0.1:$port" "$@" --report; }
 # Every case's request three times, answers discarded.
 send_cases() {
   local c name cli_args bench_args
@@ -41,8 +41,7 @@ cases=(
   "gemm|gemm --m=4096 --n=4096 --k=4096 --dtype=bfloat16|--ops=gemm --shape=1,4096,4096,4096 --dtypes=bfloat16"
 )
 # The SM and memory clocks every 10 ms while the server runs: whether a lone
-# request's kernel starts on a clock that idled down (the GELU-LN and GEMM
-# kernels ran 24-27% slower than ncu's launch in the first comparison).
+# request's kernel starts on a clock that idled down.
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu \
   --format=csv,noheader -lms 10 >"$out/clocks.csv" 2>/dev/null &
 clocks=$!
@@ -57,7 +56,7 @@ for c in "${cases[@]}"; do
   # shellcheck disable=SC2086
   cli $cli_args >"$out/report-$name.txt" 2>&1
 done
-kill $server_pid; wait $server_pid 2>/dev/null
+kill "$server_pid"; wait "$server_pid" 2>/dev/null
 kill $clocks; wait $clocks 2>/dev/null
 echo "SM clock (MHz) while the server ran: $(cut -d, -f2 "$out/clocks.csv" |
   tr -dc '0-9\n' | sort -n | awk '{a[NR]=$1} END {if (NR) print "min", a[1], "median", a[int((NR+1)/2)], "max", a[NR]}')"
@@ -80,6 +79,7 @@ done
 #    flushed first (all, ncu's default and the bench comparison's setting).
 #    The server's own figures are not used here: profiling slows them.
 for cache in none all; do
+  # shellcheck disable=SC2054  # the commas separate ncu's metric names
   serve_wrap=(ncu --clock-control none --cache-control "$cache"
     --kernel-name 'regex:^(?!.*(CopyKernel|CopyFlatKernel|FillKernel)).*$'
     --metrics gpu__time_duration.sum,dram__bytes.sum.per_second --csv
@@ -103,7 +103,7 @@ serve --profile_sampling=sampled --profile_sampling_fraction=1
 mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
 send_cases
 curl -s "http://127.0.0.1:$mport/metrics" >"$out/metrics-sampled.txt"
-kill $server_pid; wait $server_pid 2>/dev/null
+kill "$server_pid"; wait "$server_pid" 2>/dev/null
 python3 - "$out" <<'PY'
 import csv, re, sys
 out = sys.argv[1]

@@ -10,7 +10,17 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 scripts/install-deps.sh
 TARGETS="coalesce-server coalesce-cli" scripts/build.sh
-bin=${BUILD_DIR:-build}
+build=${BUILD_DIR:-build}
+# The binaries, found by name wherever the build tree places them.
+find_bin() {
+  find "$build" -type f -name "$1" -perm -u+x -not -path '*/CMakeFiles/*' -print -quit
+}
+server_bin=$(find_bin coalesce-server)
+cli_bin=$(find_bin coalesce)
+if [ -z "$server_bin" ] || [ -z "$cli_bin" ]; then
+  echo "coalesce-server or coalesce not found in $build" >&2
+  exit 1
+fi
 listen=${LISTEN:-127.0.0.1:50051}
 # On a GPU machine, the selection table shipped for the H200 (a table
 # measured on another device is ignored with a warning).
@@ -18,10 +28,10 @@ table=()
 if nvidia-smi -L 2>/dev/null | grep -q "H200"; then
   table=(--tuning_table=deploy/tuning/nvidia-h200.txt)
 fi
-"$bin/server/coalesce-server" --listen="$listen" "${table[@]}" &
+"$server_bin" --listen="$listen" "${table[@]}" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
-cli() { "$bin/client/coalesce" --server="$listen" "$@"; }
+cli() { "$cli_bin" --server="$listen" "$@"; }
 for _ in $(seq 1 100); do
   cli health >/dev/null 2>&1 && break
   kill -0 $server 2>/dev/null || { echo "server exited"; exit 1; }
