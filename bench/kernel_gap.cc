@@ -38,9 +38,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/core/status_macros.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_util.h"
+#include "base/status_macros.h"
+#include "kernels/cuda/runtime/cuda_check.h"
+#include "kernels/cuda/runtime/device_util.h"
 
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this path");
 ABSL_FLAG(int, chain, 64, "launches per captured chain");

@@ -1,9 +1,9 @@
-// The cost of choosing a variant per request (issue 6: under 2 us on a
+// The cost of choosing a variant per request (bound: under 2 us on a
 // cache hit). Google Benchmark; bench/check_select_benchmark.py runs it in
 // CI and fails above the bound.
 #include <benchmark/benchmark.h>
 
-#include "kernels/core/selector.h"
+#include "kernels/selection/selector.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace coalesce {

@@ -36,8 +36,8 @@
 #include "client/npy.h"
 #include "client/selection_cli.h"
 #include "client/tensors.h"
-#include "kernels/core/dtype.h"
-#include "kernels/core/status_macros.h"
+#include "base/dtype.h"
+#include "base/status_macros.h"
 
 // Connection.
 ABSL_FLAG(std::string, server, "localhost:50051", "Server address, HOST:PORT.");

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/core/dtype.h"
+#include "base/dtype.h"
 
 namespace coalesce {
 

@@ -15,9 +15,9 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 #include "kernels/core/problem.h"
-#include "kernels/core/selection_key.h"
-#include "kernels/core/status_macros.h"
-#include "kernels/core/tuning_store.h"
+#include "kernels/selection/selection_key.h"
+#include "base/status_macros.h"
+#include "kernels/selection/tuning_store.h"
 
 namespace coalesce {
 namespace {

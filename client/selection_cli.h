@@ -38,7 +38,7 @@ absl::StatusOr<TunedShape> TuneRequest(Client& client,
                                        google::protobuf::Message& request,
                                        std::string label);
 
-// Writes the tuning table (the format of kernels/core/tuning_store.h, build
+// Writes the tuning table (the format of kernels/selection/tuning_store.h, build
 // "any") and prints the quality summary: for how many shapes the automatic
 // choice was within 10% of the fastest.
 absl::Status WriteTable(const std::vector<TunedShape>& shapes,

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/core/status_macros.h"
+#include "base/status_macros.h"
 
 namespace coalesce {
 

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "client/npy.h"
 #include "coalesce/v1/tensor_ops.pb.h"
-#include "kernels/core/dtype.h"
+#include "base/dtype.h"
 #include "proto/dtype.h"
 
 namespace coalesce {

@@ -4,7 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "coalesce/v1/tensor_ops.pb.h"
-#include "kernels/core/dtype.h"
+#include "base/dtype.h"
 
 namespace coalesce {
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "kernels/core/selector.h"
+#include "kernels/selection/selector.h"
 
 namespace coalesce {
 
@@ -26,9 +26,9 @@ struct ServerConfig {
   // default is gRPC's ceiling rather than a multiple of max_tensor_bytes.
   int max_message_bytes = std::numeric_limits<int>::max();
   // Variant selection: autotuning mode, tuning cache and shipped table
-  // (kernels/core/selector.h).
+  // (kernels/selection/selector.h).
   SelectorOptions selection;
-  // Tensors kept on the server (server/tensor_store.h): bytes per client,
+  // Tensors kept on the server (server/store/tensor_store.h): bytes per client,
   // bytes in all, and how long an unused tensor lives (0: until deleted).
   int64_t tensor_quota_bytes = int64_t{4} << 30;
   int64_t tensor_cap_bytes = int64_t{8} << 30;

@@ -22,7 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "kernels/backends.h"
-#include "server/profile_sampling.h"
+#include "server/metrics/profile_sampling.h"
 #include "server/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"

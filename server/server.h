@@ -17,14 +17,14 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/core/backend.h"
-#include "kernels/core/selector.h"
+#include "kernels/selection/selector.h"
 #include "server/config.h"
 #include "server/metrics/http_server.h"
 #include "server/metrics/registry.h"
-#include "server/service.h"
-#include "server/service_metrics.h"
-#include "server/shared_memory.h"
-#include "server/tensor_store.h"
+#include "server/frontend/native/service.h"
+#include "server/metrics/service_metrics.h"
+#include "server/store/shared_memory.h"
+#include "server/store/tensor_store.h"
 
 namespace coalesce {
 

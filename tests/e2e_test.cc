@@ -32,7 +32,7 @@
 #include "client/npy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/core/dtype.h"
+#include "base/dtype.h"
 
 namespace coalesce {
 namespace {

@@ -33,14 +33,14 @@ struct RunResult {
   LaunchInfo launch;
   // Device counters of the variant's kernels, read by a profiler on the
   // launches that Backend::EnableProfileSampling picks. On a sampled run
-  // kernel_seconds is the profiler's device time of those kernels: the
+  // kernel_seconds is the profiler's GPU time of those kernels: the
   // events around a profiled launch would also time the profiler.
   bool sampled = false;
   // 0..1: warps active per active cycle over the SM's maximum, averaged over
   // the SMs and weighted by kernel time (Nsight Compute's
   // sm__warps_active.avg.pct_of_peak_sustained_active / 100).
   double achieved_occupancy = 0;
-  // DRAM bytes read and written over the kernels' device time (ncu's
+  // DRAM bytes read and written over the kernels' GPU time (ncu's
   // dram__bytes.sum.per_second for a single kernel).
   double dram_bytes_per_second = 0;
   // Why a picked launch was not sampled after all (a profiler error, or a

@@ -140,12 +140,6 @@ int64_t MinBytesMoved(const Problem& p) {
 
 double Flops(const Problem& p) { return std::visit(FlopsVisitor{}, p); }
 
-int64_t NumElements(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 std::string Describe(const Problem& p) {
   return std::visit(DescribeVisitor{}, p);
 }

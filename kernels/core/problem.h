@@ -9,12 +9,11 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
-#include "kernels/core/dtype.h"
+#include "base/dtype.h"
+#include "base/shape.h"
 
 namespace coalesce {
 
-inline constexpr int kMaxRank = 6;
-using Shape = absl::InlinedVector<int64_t, kMaxRank>;
 using Perm = absl::InlinedVector<int, kMaxRank>;
 
 enum class OpKind : int {
@@ -123,8 +122,6 @@ int64_t MinBytesMoved(const Problem& p);
 // Floating-point operations (0 for pure data movement).
 double Flops(const Problem& p);
 
-// Element count of a shape (caller has checked it does not overflow).
-int64_t NumElements(const Shape& s);
 
 // A one-line description, e.g. "transpose float32 [4,1024,512]".
 std::string Describe(const Problem& p);

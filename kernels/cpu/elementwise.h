@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels/core/dtype.h"
+#include "base/dtype.h"
 
 namespace coalesce::cpu {
 

@@ -15,10 +15,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/core/status_macros.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cupti_sampler.h"
-#include "kernels/cuda/device_util.h"
+#include "base/status_macros.h"
+#include "kernels/cuda/runtime/cuda_check.h"
+#include "kernels/cuda/profiling/cupti_sampler.h"
+#include "kernels/cuda/runtime/device_util.h"
 
 namespace coalesce {
 namespace {

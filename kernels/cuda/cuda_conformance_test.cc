@@ -20,8 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/core/permute.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/device_util.h"
-#include "kernels/cuda/transpose_internal.h"
+#include "kernels/cuda/runtime/device_util.h"
+#include "kernels/cuda/transpose/internal.h"
 #include "kernels/testing/conformance.h"
 
 namespace coalesce {

@@ -16,9 +16,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "kernels/core/select.h"
-#include "kernels/core/selection_key.h"
-#include "kernels/core/tuning_store.h"
+#include "kernels/selection/heuristic.h"
+#include "kernels/selection/selection_key.h"
+#include "kernels/selection/tuning_store.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/testing/conformance.h"
 

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "kernels/core/variant.h"
-#include "kernels/cuda/transpose_kernels.h"
+#include "kernels/cuda/transpose/kernels.h"
 
 namespace coalesce::cuda {
 

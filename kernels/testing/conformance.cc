@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/core/dtype.h"
+#include "base/dtype.h"
 #include "kernels/cpu/reference.h"
 
 namespace coalesce {

@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "kernels/core/dtype.h"
+#include "base/dtype.h"
 #include "spdlog/spdlog.h"
 
 namespace coalesce::metrics {

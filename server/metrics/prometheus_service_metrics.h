@@ -24,7 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/core/backend.h"
 #include "server/metrics/registry.h"
-#include "server/service_metrics.h"
+#include "server/metrics/service_metrics.h"
 
 namespace coalesce::metrics {
 
@@ -35,7 +35,7 @@ inline constexpr int kNumSizeBuckets = 8;
 int SizeBucket(int64_t bytes_moved);
 absl::string_view SizeBucketName(int bucket);  // "le_1MiB", ..., "gt_4GiB"
 
-// Selection::source values (kernels/core/select.h, selector.h).
+// Selection::source values (kernels/selection/heuristic.h, selector.h).
 inline constexpr int kNumSelectionSources = 4;
 inline constexpr absl::string_view kSelectionSources[kNumSelectionSources] = {
     "forced", "cache", "table", "heuristic"};

@@ -1,0 +1,392 @@
+// gemm.cuda.cublaslt: the vendor baseline, cuBLASLt (linked dynamically).
+//
+// - Row-major through column-major: a row-major [r,c] array is the
+//   column-major c x r matrix, so D^T (n x m) = op(B)^T op(A)^T is computed
+//   with cuBLASLt's A = our B and B = our A, transposes carried over.
+// - Batches through the strided-batch layout attributes; A and B may be
+//   broadcast (stride 0). C is given D's layout (a broadcast or otherwise
+//   strided C is left to the other variants), and when C is not read
+//   (absent, or beta == 0) D stands in for it with beta = 0.
+// - Plans (matmul descriptor, four layouts, the heuristic's first
+//   algorithm and its workspace need) are cached per shape key; the handle
+//   is per device and the 32 MiB workspace per (device, stream), because
+//   the backend runs requests on several streams at once and two matmuls
+//   in flight must not share a workspace. All of it is created lazily
+//   under one mutex and freed with the variant.
+//
+// Compute type float32 (CUBLAS_COMPUTE_32F, or _FAST_TF32 when a float32
+// problem allows TF32), scale type float32, for float32, float16 and
+// bfloat16 operands alike.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
+#include "kernels/cuda/gemm/cublaslt_api.h"
+#include "kernels/cuda/runtime/cuda_check.h"
+#include "kernels/cuda/gemm/common.h"
+#include "kernels/cuda/runtime/launch.h"
+#include "kernels/cuda/variants.h"
+
+namespace coalesce::cuda {
+namespace {
+
+constexpr char kName[] = "gemm.cuda.cublaslt";
+// The workspace cuBLAS documents as enough for every Hopper kernel.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// cuBLASLt's fraction of the peak that EstimateSeconds divides by (fp32
+// SIMT, or the 16-bit tensor peak): at 4096^3 on the H200
+// (bench/results/h200/gemm-4096.txt) 51.3 of 66.9 TFLOP/s in float32, 789 and
+// 753 of 1070 in bfloat16 and float16.
+constexpr double kEfficiency = 0.72;
+// What a call costs beyond a plain kernel launch: K = 1 and GEMV calls of
+// a few KB took 3.7-4.5 us in the H200 selection sweep (64x64x1, 64x1x128,
+// 1x64x5; graph-replayed, so no host overhead included).
+constexpr double kCallSeconds = 1.9e-6;
+
+// Float32 without TF32 runs on cuBLASLt's SIMT kernels; their model, fitted
+// to the sweep's seed-7 shapes (bench/gemm_selection_fit.py --fit), is
+// Float32Seconds below.
+//
+// A small output splits K over more CTAs, and the partial sums take a
+// second kernel: under 32K outputs (about a 16x16 tile per SM) and K >= 2,
+// 6.1-8.6 us for K of 2-128 (one exception: 64x64x64, 5.3), against 4.4-4.5
+// at K = 1 and 5.4-5.6 at 37-57K outputs and K = 64.
+constexpr double kSplitKSeconds = 2.4e-6;
+constexpr int64_t kSplitKMaxOutputs = 32768;
+// No split for GEMVs (m or n of 1: 3.9-4.4 us for 64x1x89 to 64x1x256,
+// 1x32x47) nor for a few rows of short K: m <= 16 and K <= 64 took 4.5-5.0
+// us (4x35x64, 11x64x64, 6x747x64, 15x1280x12), K of 119-188 6.9-7.5
+// (2x64x119, 4x189x128, 2x187x188).
+constexpr int64_t kSkinnyMaxRows = 16;
+constexpr int64_t kSkinnyMaxK = 64;
+// Operands from HBM (GemmOperandsFromHbm) add latency to every step of a
+// CTA's K loop, which the split caps: 7.4-7.5 us at K = 64 against 5.4-6.2
+// from L2, 9-12.5 at K of 128-256, and 12.4-14 at K of thousands.
+constexpr double kHbmStepSeconds = 16e-9;
+constexpr int64_t kHbmMaxSteps = 256;
+// The minimum bytes at this share of the copy peak, on top of the FLOPs at
+// kEfficiency (2303x684x64: 11.8 us, 384x5952x64: 16.6).
+constexpr double kMemoryEfficiency = 0.6;
+
+double Float32Seconds(const GemmProblem& p, const DeviceInfo& dev) {
+  const RooflineSeconds r = Roofline(p, dev);
+  double t = kGpuLaunchSeconds + kCallSeconds + r.math / kEfficiency +
+             r.memory / kMemoryEfficiency;
+  const bool gemv = p.m == 1 || p.n == 1;
+  const bool skinny = p.m <= kSkinnyMaxRows && p.k <= kSkinnyMaxK;
+  if (p.k > 1 && p.batch * p.m * p.n < kSplitKMaxOutputs && !gemv && !skinny) {
+    t += kSplitKSeconds;
+  }
+  if (GemmOperandsFromHbm(p, dev)) {
+    t += kHbmStepSeconds * static_cast<double>(std::min(p.k, kHbmMaxSteps));
+  }
+  return t;
+}
+
+absl::Status LtStatus(cublasStatus_t s, const char* expr) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  std::string msg = absl::StrCat(kName, ": ", expr, ": ", Lt().GetStatusName(s),
+                                 " (", Lt().GetStatusString(s), ")");
+  switch (s) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return absl::ResourceExhaustedError(std::move(msg));
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return absl::UnimplementedError(std::move(msg));
+    default:
+      return absl::InternalError(std::move(msg));
+  }
+}
+
+#define COALESCE_LT_RETURN_IF_ERROR(expr)                         \
+  do {                                                            \
+    ::absl::Status _coalesce_lt_status = LtStatus((expr), #expr); \
+    if (!_coalesce_lt_status.ok()) return _coalesce_lt_status;    \
+  } while (0)
+
+cudaDataType_t LtType(DType t) {
+  switch (t) {
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat32:
+      break;
+  }
+  return CUDA_R_32F;
+}
+
+// The largest power of two (up to 256) dividing the address: what the
+// heuristic may assume about the pointers.
+uint32_t AlignmentOf(const void* p) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 1;
+  while (a < 256 && v % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+// Everything a plan depends on.
+struct PlanKey {
+  int device;
+  DType dtype;
+  int64_t m, n, k, batch, stride_a, stride_b;
+  bool trans_a, trans_b, tf32;
+  uint32_t alignment;
+  bool operator<(const PlanKey& o) const {
+    return std::tie(device, dtype, m, n, k, batch, stride_a, stride_b, trans_a,
+                    trans_b, tf32, alignment) <
+           std::tie(o.device, o.dtype, o.m, o.n, o.k, o.batch, o.stride_a,
+                    o.stride_b, o.trans_a, o.trans_b, o.tf32, o.alignment);
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr;  // cuBLASLt's A: our B
+  cublasLtMatrixLayout_t b = nullptr;  // cuBLASLt's B: our A
+  cublasLtMatrixLayout_t d = nullptr;  // C and D
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  ~Plan() {
+    if (d != nullptr) Lt().MatrixLayoutDestroy(d);
+    if (b != nullptr) Lt().MatrixLayoutDestroy(b);
+    if (a != nullptr) Lt().MatrixLayoutDestroy(a);
+    if (op != nullptr) Lt().MatmulDescDestroy(op);
+  }
+};
+
+// A column-major rows x cols layout, batched when batch > 1.
+absl::Status MakeLayout(cublasLtMatrixLayout_t* layout, cudaDataType_t type,
+                        int64_t rows, int64_t cols, int64_t batch,
+                        int64_t batch_stride) {
+  COALESCE_LT_RETURN_IF_ERROR(
+      Lt().MatrixLayoutCreate(layout, type, rows, cols, rows));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    COALESCE_LT_RETURN_IF_ERROR(Lt().MatrixLayoutSetAttribute(
+        *layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    COALESCE_LT_RETURN_IF_ERROR(Lt().MatrixLayoutSetAttribute(
+        *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+        sizeof(batch_stride)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
+                       Plan* plan) {
+  const cudaDataType_t type = LtType(key.dtype);
+  const cublasComputeType_t compute =
+      key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  COALESCE_LT_RETURN_IF_ERROR(
+      Lt().MatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+  const cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  COALESCE_LT_RETURN_IF_ERROR(Lt().MatmulDescSetAttribute(
+      plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  COALESCE_LT_RETURN_IF_ERROR(Lt().MatmulDescSetAttribute(
+      plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  // Our B, stored [k,n] (or [n,k]), is the column-major n x k (k x n).
+  COALESCE_RETURN_IF_ERROR(
+      MakeLayout(&plan->a, type, key.trans_b ? key.k : key.n,
+                 key.trans_b ? key.n : key.k, key.batch, key.stride_b));
+  // Our A, stored [m,k] (or [k,m]), is the column-major k x m (m x k).
+  COALESCE_RETURN_IF_ERROR(
+      MakeLayout(&plan->b, type, key.trans_a ? key.m : key.k,
+                 key.trans_a ? key.k : key.m, key.batch, key.stride_a));
+  COALESCE_RETURN_IF_ERROR(
+      MakeLayout(&plan->d, type, key.n, key.m, key.batch, key.m * key.n));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  COALESCE_LT_RETURN_IF_ERROR(Lt().MatmulPreferenceCreate(&pref));
+  const uint64_t max_workspace = kWorkspaceBytes;
+  cublasStatus_t s = Lt().MatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+      sizeof(max_workspace));
+  for (cublasLtMatmulPreferenceAttributes_t attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      s = Lt().MatmulPreferenceSetAttribute(pref, attr, &key.alignment,
+                                            sizeof(key.alignment));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    s = Lt().MatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d,
+                                    plan->d, pref, 1, &result, &found);
+  }
+  Lt().MatmulPreferenceDestroy(pref);
+  COALESCE_LT_RETURN_IF_ERROR(s);
+  if (found == 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(kName, ": cuBLASLt's heuristic found no algorithm"));
+  }
+  plan->algo = result.algo;
+  plan->workspace = result.workspaceSize;
+  return absl::OkStatus();
+}
+
+class GemmCublasLtVariant final
+    : public TypedVariant<GemmProblem, OpKind::kGemm, BackendKind::kCuda> {
+ public:
+  ~GemmCublasLtVariant() override {
+    absl::MutexLock lock(&mu_);
+    plans_.clear();
+    for (auto& [where, ptr] : workspaces_) {
+      cudaSetDevice(where.first);
+      cudaFree(ptr);
+    }
+    for (auto& [device, handle] : handles_) Lt().Destroy(handle);
+    cudaGetLastError();  // teardown must not leave an error behind
+  }
+
+  absl::string_view name() const override { return kName; }
+  absl::string_view description() const override {
+    return "cuBLASLt (heuristic's first algorithm), plans cached per shape, "
+           "workspace per device and stream; the vendor baseline";
+  }
+
+ protected:
+  // Any dtype (float32 computes in full float32 unless allow_tf32); m, n,
+  // k and the batch within cuBLASLt's 32-bit sizes (CheckGemmCommon); C,
+  // when read (has_c and beta != 0), in D's layout: dense batches
+  // (stride_c == m*n) or a single matrix. Whether cuBLASLt has an
+  // algorithm is known only at Run (UNIMPLEMENTED there if not).
+  absl::Status CanImplementTyped(const GemmProblem& p,
+                                 const DeviceInfo&) const override {
+    COALESCE_RETURN_IF_ERROR(CublasLtAvailable());
+    COALESCE_RETURN_IF_ERROR(CheckGemmCommon(kName, p, 0, 0));
+    if (p.batch > INT32_MAX) {
+      return absl::UnimplementedError(
+          absl::StrCat(kName, ": the batch must fit cuBLASLt's int32 count"));
+    }
+    if (p.has_c && p.beta != 0.0f && p.batch > 1 && p.stride_c != p.m * p.n) {
+      return absl::UnimplementedError(absl::StrCat(
+          kName, ": C's batch stride must be D's (m*n = ", p.m * p.n, "), not ",
+          p.stride_c, " (a broadcast C is left to the kernels)"));
+    }
+    return absl::OkStatus();
+  }
+
+  double Efficiency(const Problem& p, const DeviceInfo&) const override {
+    const GemmProblem& g = std::get<GemmProblem>(p);
+    if (g.dtype == DType::kFloat32 && !g.allow_tf32) return kEfficiency;
+    return TensorEfficiency(g, kEfficiency);
+  }
+  double EstimateSeconds(const Problem& p,
+                         const DeviceInfo& dev) const override {
+    const GemmProblem& g = std::get<GemmProblem>(p);
+    if (g.dtype == DType::kFloat32 && !g.allow_tf32) {
+      return Float32Seconds(g, dev);
+    }
+    // Tensor cores: not swept yet; the roofline and a call.
+    return KernelVariant::EstimateSeconds(p, dev) + kCallSeconds;
+  }
+
+  absl::Status RunTyped(const GemmProblem& p, const Operands& ops,
+                        ExecContext& ctx) const override {
+    const bool read_c = p.has_c && p.beta != 0.0f;
+    const void* a = ops.inputs[kGemmA];
+    const void* b = ops.inputs[kGemmB];
+    void* d = ops.outputs[kGemmD];
+    const void* c = read_c ? ops.inputs[kGemmC] : d;
+    PlanKey key;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&key.device));
+    key.dtype = p.dtype;
+    key.m = p.m;
+    key.n = p.n;
+    key.k = p.k;
+    key.batch = p.batch;
+    key.stride_a = p.batch > 1 ? p.stride_a : 0;
+    key.stride_b = p.batch > 1 ? p.stride_b : 0;
+    key.trans_a = p.trans_a;
+    key.trans_b = p.trans_b;
+    key.tf32 = p.dtype == DType::kFloat32 && p.allow_tf32;
+    key.alignment = std::min(
+        {AlignmentOf(a), AlignmentOf(b), AlignmentOf(c), AlignmentOf(d)});
+    cudaStream_t stream = StreamOf(ctx);
+    cublasLtHandle_t handle;
+    const Plan* plan;
+    void* workspace;
+    {
+      absl::MutexLock lock(&mu_);
+      COALESCE_ASSIGN_OR_RETURN(handle, HandleLocked(key.device));
+      COALESCE_ASSIGN_OR_RETURN(plan, PlanLocked(handle, key, ctx));
+      COALESCE_ASSIGN_OR_RETURN(workspace, WorkspaceLocked(key.device, stream));
+    }
+    const float alpha = p.alpha;
+    const float beta = read_c ? p.beta : 0.0f;
+    // cuBLASLt's A is our B and its B our A (see the file comment).
+    COALESCE_LT_RETURN_IF_ERROR(Lt().Matmul(
+        handle, plan->op, &alpha, b, plan->a, a, plan->b, &beta, c, plan->d, d,
+        plan->d, &plan->algo, workspace, plan->workspace, stream));
+    // A library call, not a kernel of ours: LaunchInfo stays empty but for
+    // cold (set by PlanLocked).
+    COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::StatusOr<cublasLtHandle_t> HandleLocked(int device) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = handles_.find(device);
+    if (it != handles_.end()) return it->second;
+    cublasLtHandle_t h = nullptr;
+    COALESCE_LT_RETURN_IF_ERROR(Lt().Create(&h));
+    handles_[device] = h;
+    return h;
+  }
+
+  // A plan built here (a shape's first call) makes the call cold.
+  absl::StatusOr<const Plan*> PlanLocked(cublasLtHandle_t handle,
+                                         const PlanKey& key,
+                                         ExecContext& ctx) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second.get();
+    ctx.launch.cold = true;
+    auto plan = std::make_unique<Plan>();
+    COALESCE_RETURN_IF_ERROR(BuildPlan(handle, key, plan.get()));
+    const Plan* raw = plan.get();
+    plans_[key] = std::move(plan);
+    return raw;
+  }
+
+  absl::StatusOr<void*> WorkspaceLocked(int device, cudaStream_t stream) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto where = std::make_pair(device, stream);
+    auto it = workspaces_.find(where);
+    if (it != workspaces_.end()) return it->second;
+    void* ptr = nullptr;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, kWorkspaceBytes));
+    workspaces_[where] = ptr;
+    return ptr;
+  }
+
+  mutable absl::Mutex mu_;
+  mutable std::map<int, cublasLtHandle_t> handles_ ABSL_GUARDED_BY(mu_);
+  mutable std::map<PlanKey, std::unique_ptr<Plan>> plans_ ABSL_GUARDED_BY(mu_);
+  mutable std::map<std::pair<int, cudaStream_t>, void*> workspaces_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::unique_ptr<KernelVariant> MakeGemmCublasLtVariant() {
+  return std::make_unique<GemmCublasLtVariant>();
+}
+
+}  // namespace coalesce::cuda

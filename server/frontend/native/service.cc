@@ -1,0 +1,640 @@
+#include "server/frontend/native/service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/backends.h"
+#include "kernels/selection/heuristic.h"
+#include "base/status_macros.h"
+#include "server/frontend/status.h"
+#include "spdlog/spdlog.h"
+
+namespace coalesce {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Which roofline ceiling applies: compute when the arithmetic intensity is
+// past the ridge point (peak FLOP/s over bandwidth).
+std::string Bound(const Problem& p, const DeviceInfo& dev, double intensity) {
+  const double bandwidth = RooflineBandwidth(dev);
+  const double peak = RooflineFlops(p, dev);
+  if (bandwidth <= 0 || peak <= 0) {
+    // No ridge point known: only pure data movement is surely memory-bound.
+    return intensity > 0 ? "compute" : "memory";
+  }
+  return intensity > peak / bandwidth ? "compute" : "memory";
+}
+
+// The figures of one run that both the KernelReport and the metrics carry,
+// computed once so that the two always agree.
+KernelObservation Observe(const DeviceInfo& dev, const Problem& p,
+                          const KernelVariant& variant, const RunResult& run) {
+  KernelObservation k;
+  k.variant = &variant;
+  k.op = OpOf(p);
+  k.dtype = DTypeOf(p);
+  k.bytes_moved = MinBytesMoved(p);
+  const double seconds = run.kernel_seconds;
+  k.bytes_per_second = seconds > 0 ? k.bytes_moved / seconds : 0;
+  k.flops_per_second = seconds > 0 ? Flops(p) / seconds : 0;
+  k.peak_fraction = dev.measured_copy_bandwidth > 0
+                        ? k.bytes_per_second / dev.measured_copy_bandwidth
+                        : 0;
+  k.run = run;
+  return k;
+}
+
+void FillReport(const Backend& backend, const Problem& p,
+                const Selection& selection, const KernelObservation& k,
+                v1::KernelReport* report) {
+  const DeviceInfo& dev = backend.device();
+  const RunResult& run = k.run;
+  report->set_variant(std::string(selection.variant->name()));
+  report->set_backend(std::string(BackendName(backend.kind())));
+  report->set_device(dev.name);
+  report->set_kernel_seconds(run.kernel_seconds);
+  const double flops = Flops(p);
+  const double intensity = k.bytes_moved > 0 ? flops / k.bytes_moved : 0;
+  report->set_bytes_moved(k.bytes_moved);
+  report->set_achieved_bytes_per_second(k.bytes_per_second);
+  report->set_flops(flops);
+  report->set_achieved_flops_per_second(k.flops_per_second);
+  report->set_arithmetic_intensity(intensity);
+  report->set_peak_bandwidth_fraction(k.peak_fraction);
+  report->set_bound(Bound(p, dev, intensity));
+  report->set_selection_source(selection.source);
+  report->set_selection_reason(selection.reason);
+  report->set_cold_start(run.launch.cold);
+  // CPU variants launch nothing; an all-zero launch would only mislead.
+  if (run.launch.launches > 0) {
+    v1::LaunchConfig* launch = report->mutable_launch();
+    launch->mutable_grid()->Add(std::begin(run.launch.grid),
+                                std::end(run.launch.grid));
+    launch->mutable_block()->Add(std::begin(run.launch.block),
+                                 std::end(run.launch.block));
+    launch->set_shared_memory_bytes(run.launch.shared_memory_bytes);
+    launch->set_registers_per_thread(run.launch.registers_per_thread);
+    launch->set_theoretical_occupancy(run.launch.theoretical_occupancy);
+    launch->set_waves(run.launch.waves);
+  }
+}
+
+// The client that tensors are charged to: the x-coalesce-client metadata,
+// else the peer's address without its port (so that one host's reconnects
+// share a quota).
+std::string ClientId(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("x-coalesce-client");
+  if (it != metadata.end() && !it->second.empty()) {
+    return std::string(it->second.data(), it->second.size());
+  }
+  std::string peer = context.peer();
+  const size_t colon = peer.rfind(':');
+  if (colon != std::string::npos && colon > peer.find(':')) {
+    peer.resize(colon);
+  }
+  return peer;
+}
+
+// Prefixes a status's message with the field it concerns.
+absl::Status InField(const absl::Status& status, absl::string_view field) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(field, ": ", status.message()));
+}
+
+void FillTensorInfo(const TensorListing& t, v1::TensorInfo* out) {
+  out->set_handle(t.handle);
+  out->set_dtype(ToProtoDType(t.dtype));
+  out->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+  out->set_byte_size(t.bytes);
+  out->set_owner(t.owner);
+  out->set_idle_seconds(t.idle_seconds);
+}
+
+TensorListing ListingOf(const StoredTensor& t) {
+  return {t.handle, t.owner, t.dtype, t.shape, t.bytes, 0};
+}
+
+// Room left in a GetTensor message for everything but the chunk.
+constexpr int64_t kChunkMessageOverhead = 4096;
+
+void FillDeviceInfo(const DeviceInfo& dev, v1::DeviceInfo* out) {
+  out->set_name(dev.name);
+  out->set_backend(std::string(BackendName(dev.backend)));
+  out->set_compute_capability_major(dev.cc_major);
+  out->set_compute_capability_minor(dev.cc_minor);
+  out->set_multiprocessors(dev.multiprocessors);
+  out->set_memory_bytes(dev.memory_bytes);
+  out->set_l2_cache_bytes(dev.l2_cache_bytes);
+  out->set_shared_memory_per_block_bytes(dev.shared_memory_per_block_bytes);
+  out->set_theoretical_bandwidth_bytes_per_second(dev.theoretical_bandwidth);
+  out->set_measured_copy_bytes_per_second(dev.measured_copy_bandwidth);
+}
+
+}  // namespace
+
+// Reports one RPC to the metrics: started on construction, finished by Finish,
+// which every return path of a handler goes through.
+class TensorOpsService::Call {
+ public:
+  Call(ServiceMetrics* metrics, Rpc rpc)
+      : metrics_(metrics), rpc_(rpc), start_(Clock::now()) {
+    metrics_->RpcStarted(rpc_);
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  ServiceMetrics& metrics() { return *metrics_; }
+
+  // The request leaves the service for the backend.
+  void BackendStarted() {
+    reached_backend_ = true;
+    metrics_->BackendStarted(rpc_, SecondsSince(start_));
+  }
+
+  grpc::Status Finish(const absl::Status& status,
+                      const google::protobuf::Message& request,
+                      const google::protobuf::Message& response) {
+    // gRPC sends no message with an error status.
+    return Finish(
+        status, static_cast<int64_t>(request.ByteSizeLong()),
+        status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0);
+  }
+
+  // For streams: the bytes of every message, as counted by the handler.
+  grpc::Status Finish(const absl::Status& status, int64_t request_bytes,
+                      int64_t response_bytes) {
+    RpcOutcome outcome;
+    outcome.rpc = rpc_;
+    outcome.code = status.code();
+    outcome.seconds = SecondsSince(start_);
+    outcome.request_bytes = request_bytes;
+    outcome.response_bytes = response_bytes;
+    outcome.reached_backend = reached_backend_;
+    metrics_->RpcFinished(outcome);
+    return ToGrpcStatus(status);
+  }
+
+ private:
+  ServiceMetrics* const metrics_;
+  const Rpc rpc_;
+  const Clock::time_point start_;
+  bool reached_backend_ = false;
+};
+
+TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
+                                   std::string backend_reason,
+                                   ServiceMetrics* metrics, Selector* selector,
+                                   TensorStore* tensors,
+                                   SharedMemoryRegistry* shared_memory)
+    : backend_(backend),
+      config_(std::move(config)),
+      backend_reason_(std::move(backend_reason)),
+      metrics_(metrics),
+      selector_(selector),
+      tensors_(tensors),
+      shared_memory_(shared_memory) {}
+
+void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health) {
+  health_.store(health);
+  PublishHealth();
+}
+
+void TensorOpsService::PublishHealth() {
+  grpc::HealthCheckServiceInterface* health = health_.load();
+  if (health == nullptr) return;
+  const absl::Status status = backend_->Health();
+  if (!status.ok()) {
+    spdlog::error("backend unhealthy, health checks report NOT_SERVING: {}",
+                  status.ToString());
+  }
+  health->SetServingStatus("", status.ok());
+  health->SetServingStatus(v1::TensorOps::service_full_name(), status.ok());
+}
+
+absl::Status TensorOpsService::Run(Call& call,
+                                   const grpc::ServerContext& context,
+                                   const DecodedRequest& d,
+                                   absl::Span<v1::Tensor* const> outputs,
+                                   v1::KernelReport* report) {
+  COALESCE_ASSIGN_OR_RETURN(const Selection selection,
+                            selector_->Select(d.problem, d.forced_variant));
+  call.metrics().VariantSelected(selection);
+  Operands operands = d.operands;
+  operands.output_spaces.assign(outputs.size(), MemorySpace::kHost);
+  const DType dtype = DTypeOf(d.problem);
+  // Outputs kept as handles: committed only when the kernel succeeded.
+  absl::InlinedVector<std::string, 2> created;
+  const auto abandon = [&] {
+    for (const std::string& handle : created) {
+      tensors_->Delete(handle).IgnoreError();
+    }
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i] == nullptr) continue;
+    v1::Tensor* out = outputs[i];
+    out->set_dtype(ToProtoDType(dtype));
+    out->mutable_shape()->Add(d.output_shapes[i].begin(),
+                              d.output_shapes[i].end());
+    const OutputTarget& target = d.output_targets[i];
+    switch (target.placement) {
+      case v1::OUTPUT_PLACEMENT_SERVER_HANDLE: {
+        // The kernel writes straight into the stored tensor, in the
+        // backend's resident memory (device memory on a GPU): no copy after.
+        absl::StatusOr<std::shared_ptr<StoredTensor>> t =
+            tensors_->Create(ClientId(context), "", dtype, d.output_shapes[i],
+                             d.sizes.outputs[i]);
+        if (!t.ok()) {
+          abandon();
+          return InField(t.status(), absl::StrCat("options.outputs[", i, "]"));
+        }
+        created.push_back((*t)->handle);
+        out->set_handle((*t)->handle);
+        operands.outputs[i] = (*t)->data.get();
+        operands.output_spaces[i] = MemorySpace::kResident;
+        break;
+      }
+      case v1::OUTPUT_PLACEMENT_SHARED_MEMORY:
+        // The codec resolved and bounds-checked it: operands.outputs[i] is
+        // set (host memory).
+        *out->mutable_shared_memory() = target.shared_memory;
+        break;
+      default: {
+        // The kernel writes straight into the response's bytes: no copy
+        // after.
+        std::string* raw = out->mutable_raw();
+        raw->resize(d.sizes.outputs[i]);
+        operands.outputs[i] = raw->data();
+      }
+    }
+  }
+  RunResult run;
+  call.BackendStarted();
+  const absl::Status status =
+      backend_->Execute(*selection.variant, d.problem, operands, &run);
+  if (!status.ok()) {
+    abandon();
+    PublishHealth();
+    return status;
+  }
+  // A region its client shrank during the kernel read zeros for the lost
+  // pages (mapping_guard.h): the result is not the op's.
+  for (const auto& region : d.shared_memory) {
+    if (absl::Status alive = region->CheckAlive(); !alive.ok()) {
+      abandon();
+      return alive;
+    }
+  }
+  for (const std::string& handle : created) {
+    COALESCE_RETURN_IF_ERROR(tensors_->Commit(handle));
+  }
+  const KernelObservation kernel =
+      Observe(backend_->device(), d.problem, *selection.variant, run);
+  // A cold run's time includes module loading or plan building: the report
+  // says so, the kernel metrics keep only the kernel's own figures.
+  if (!run.launch.cold) call.metrics().KernelRan(kernel);
+  if (report != nullptr) {
+    FillReport(*backend_, d.problem, selection, kernel, report);
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status TensorOpsService::Transpose(grpc::ServerContext* context,
+                                         const v1::TransposeRequest* request,
+                                         v1::TransposeResponse* response) {
+  Call call(metrics_, Rpc::kTranspose);
+  const absl::StatusOr<DecodedRequest> d =
+      DecodeTranspose(*request, config_.max_tensor_bytes,
+                      /*shape_only=*/false, plane());
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  return call.Finish(Run(call, *context, *d, {response->mutable_output()},
+                         d->report ? response->mutable_report() : nullptr),
+                     *request, *response);
+}
+
+grpc::Status TensorOpsService::Gemm(grpc::ServerContext* context,
+                                    const v1::GemmRequest* request,
+                                    v1::GemmResponse* response) {
+  Call call(metrics_, Rpc::kGemm);
+  const absl::StatusOr<DecodedRequest> d =
+      DecodeGemm(*request, config_.max_tensor_bytes,
+                 /*shape_only=*/false, plane());
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  return call.Finish(Run(call, *context, *d, {response->mutable_d()},
+                         d->report ? response->mutable_report() : nullptr),
+                     *request, *response);
+}
+
+grpc::Status TensorOpsService::ConvertLayout(
+    grpc::ServerContext* context, const v1::ConvertLayoutRequest* request,
+    v1::ConvertLayoutResponse* response) {
+  Call call(metrics_, Rpc::kConvertLayout);
+  const absl::StatusOr<DecodedRequest> d =
+      DecodeConvertLayout(*request, config_.max_tensor_bytes,
+                          /*shape_only=*/false, plane());
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  return call.Finish(Run(call, *context, *d, {response->mutable_output()},
+                         d->report ? response->mutable_report() : nullptr),
+                     *request, *response);
+}
+
+grpc::Status TensorOpsService::GeluLayerNorm(
+    grpc::ServerContext* context, const v1::GeluLayerNormRequest* request,
+    v1::GeluLayerNormResponse* response) {
+  Call call(metrics_, Rpc::kGeluLayerNorm);
+  const absl::StatusOr<DecodedRequest> d =
+      DecodeGeluLayerNorm(*request, config_.max_tensor_bytes,
+                          /*shape_only=*/false, plane());
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  v1::Tensor* h = d->sizes.outputs[kLnH] > 0 ? response->mutable_h() : nullptr;
+  return call.Finish(Run(call, *context, *d, {response->mutable_y(), h},
+                         d->report ? response->mutable_report() : nullptr),
+                     *request, *response);
+}
+
+grpc::Status TensorOpsService::GetServerInfo(
+    grpc::ServerContext* /*context*/, const v1::GetServerInfoRequest* request,
+    v1::GetServerInfoResponse* response) {
+  Call call(metrics_, Rpc::kGetServerInfo);
+  response->set_backend(std::string(BackendName(backend_->kind())));
+  for (const DeviceInfo& d : backend_->VisibleDevices()) {
+    FillDeviceInfo(d, response->add_devices());
+  }
+  v1::BuildInfo* build = response->mutable_build();
+  build->set_version(COALESCE_VERSION);
+  build->set_git_sha(COALESCE_GIT_SHA);
+  build->set_cuda_enabled(CudaBackendBuilt());
+  build->set_cuda_architectures(COALESCE_CUDA_ARCHITECTURES);
+  v1::Limits* limits = response->mutable_limits();
+  limits->set_max_tensor_bytes(config_.max_tensor_bytes);
+  limits->set_max_message_bytes(config_.max_message_bytes);
+  limits->set_max_rank(kMaxRank);
+  for (const KernelVariant* v : backend_->registry().All()) {
+    v1::VariantInfo* info = response->add_variants();
+    info->set_name(std::string(v->name()));
+    info->set_op(std::string(OpName(v->op())));
+    info->set_backend(std::string(BackendName(v->backend())));
+    info->set_description(std::string(v->description()));
+  }
+  response->set_backend_reason(backend_reason_);
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+grpc::Status TensorOpsService::ExplainSelection(
+    grpc::ServerContext* /*context*/,
+    const v1::ExplainSelectionRequest* request,
+    v1::ExplainSelectionResponse* response) {
+  Call call(metrics_, Rpc::kExplainSelection);
+  const int64_t max = config_.max_tensor_bytes;
+  absl::StatusOr<DecodedRequest> d;
+  switch (request->request_case()) {
+    case v1::ExplainSelectionRequest::kTranspose:
+      d = DecodeTranspose(request->transpose(), max, /*shape_only=*/true,
+                          plane());
+      break;
+    case v1::ExplainSelectionRequest::kGemm:
+      d = DecodeGemm(request->gemm(), max, /*shape_only=*/true, plane());
+      break;
+    case v1::ExplainSelectionRequest::kConvertLayout:
+      d = DecodeConvertLayout(request->convert_layout(), max,
+                              /*shape_only=*/true, plane());
+      break;
+    case v1::ExplainSelectionRequest::kGeluLayerNorm:
+      d = DecodeGeluLayerNorm(request->gelu_layer_norm(), max,
+                              /*shape_only=*/true, plane());
+      break;
+    default:
+      d = absl::InvalidArgumentError(
+          "request: set one of transpose, gemm, convert_layout, "
+          "gelu_layer_norm");
+  }
+  if (!d.ok()) return call.Finish(d.status(), *request, *response);
+  Explanation e = selector_->Explain(d->problem);
+  if (request->measure()) {
+    absl::StatusOr<TunedChoice> m = selector_->Measure(d->problem);
+    if (!m.ok()) return call.Finish(m.status(), *request, *response);
+    for (Candidate& c : e.candidates) {
+      c.measured_seconds = -1;
+      for (const auto& [name, s] : m->measured) {
+        if (name == c.variant) c.measured_seconds = s;
+      }
+    }
+  }
+  response->set_key(e.key);
+  response->set_problem(Describe(d->problem));
+  for (const Candidate& c : e.candidates) {
+    v1::VariantCandidate* out = response->add_candidates();
+    out->set_variant(c.variant);
+    out->set_eligible(c.eligible);
+    out->set_why_not(c.why_not);
+    out->set_estimated_seconds(c.estimate_seconds);
+    out->set_measured_seconds(c.measured_seconds);
+  }
+  if (e.chosen.variant == nullptr) {
+    return call.Finish(absl::UnimplementedError(absl::StrCat(
+                           "no ", BackendName(backend_->kind()),
+                           " variant supports ", Describe(d->problem))),
+                       *request, *response);
+  }
+  response->set_chosen_variant(std::string(e.chosen.variant->name()));
+  response->set_source(e.chosen.source);
+  response->set_reason(e.chosen.reason);
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+grpc::Status TensorOpsService::Echo(grpc::ServerContext* /*context*/,
+                                    const v1::EchoRequest* request,
+                                    v1::EchoResponse* response) {
+  Call call(metrics_, Rpc::kEcho);
+  // One copy into the response, as an op writes its output into one.
+  *response->mutable_payload() = request->payload();
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+grpc::Status TensorOpsService::PutTensor(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::PutTensorRequest>* reader,
+    v1::PutTensorResponse* response) {
+  Call call(metrics_, Rpc::kPutTensor);
+  int64_t request_bytes = 0;
+  v1::PutTensorRequest message;
+  const absl::Status status = [&]() -> absl::Status {
+    if (!reader->Read(&message)) {
+      return absl::InvalidArgumentError(
+          "header: the stream ended before its first message");
+    }
+    request_bytes += static_cast<int64_t>(message.ByteSizeLong());
+    if (message.part_case() != v1::PutTensorRequest::kHeader) {
+      return absl::InvalidArgumentError(
+          "header: the first message must carry the header (dtype, shape), "
+          "not a chunk");
+    }
+    COALESCE_ASSIGN_OR_RETURN(const TensorHeader h,
+                              DecodePutTensorHeader(message.header()));
+    // Quota, cap and name are checked here, before any chunk is accepted.
+    COALESCE_ASSIGN_OR_RETURN(
+        const std::shared_ptr<StoredTensor> t,
+        tensors_->Create(ClientId(*context), message.header().name(), h.dtype,
+                         h.shape, h.bytes));
+    const absl::Status received = [&]() -> absl::Status {
+      // A chunk's copy to the device runs while the next one is read; the
+      // writer's destructor waits for any still running before an error
+      // path below deletes the tensor.
+      const std::unique_ptr<ResidentWriter> writer =
+          tensors_->memory().OpenWriter(t->data.get(), h.bytes);
+      int64_t offset = 0;
+      int64_t n = 1;
+      for (; reader->Read(&message); ++n) {
+        request_bytes += static_cast<int64_t>(message.ByteSizeLong());
+        if (message.part_case() != v1::PutTensorRequest::kChunk) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "chunk: message ", n,
+              " carries no chunk; only the first message carries the header"));
+        }
+        const int64_t size = static_cast<int64_t>(message.chunk().size());
+        if (size > h.bytes - offset) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "chunk: message ", n, " ends at byte ", offset + size,
+              ", past the tensor's ", h.bytes, " bytes"));
+        }
+        const absl::Status copied =
+            writer->Write(offset, message.chunk().data(), size);
+        if (!copied.ok()) {
+          PublishHealth();  // a device fault makes the server unhealthy
+          return InField(copied, absl::StrCat("chunk: message ", n));
+        }
+        offset += size;
+      }
+      if (offset != h.bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chunk: the stream ended after ", offset,
+                         " bytes of the tensor's ", h.bytes));
+      }
+      // Every chunk in place before the handle becomes usable.
+      const absl::Status finished = writer->Finish();
+      if (!finished.ok()) {
+        PublishHealth();
+        return InField(finished, absl::StrCat("chunk: messages 1 to ", n - 1));
+      }
+      return tensors_->Commit(t->handle);
+    }();
+    if (!received.ok()) {
+      tensors_->Delete(t->handle).IgnoreError();
+      return received;
+    }
+    FillTensorInfo(ListingOf(*t), response->mutable_tensor());
+    return absl::OkStatus();
+  }();
+  return call.Finish(
+      status, request_bytes,
+      status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+}
+
+grpc::Status TensorOpsService::GetTensor(
+    grpc::ServerContext* /*context*/, const v1::GetTensorRequest* request,
+    grpc::ServerWriter<v1::GetTensorResponse>* writer) {
+  Call call(metrics_, Rpc::kGetTensor);
+  int64_t response_bytes = 0;
+  const absl::Status status = [&]() -> absl::Status {
+    COALESCE_ASSIGN_OR_RETURN(
+        const int64_t chunk_bytes,
+        DecodeChunkBytes(request->chunk_bytes(), kDefaultChunkBytes,
+                         config_.max_message_bytes - kChunkMessageOverhead));
+    absl::StatusOr<std::shared_ptr<const StoredTensor>> t =
+        tensors_->Find(request->handle());
+    if (!t.ok()) return InField(t.status(), "handle");
+    const StoredTensor& tensor = **t;
+    v1::GetTensorResponse message;
+    FillTensorInfo(ListingOf(tensor), message.mutable_tensor());
+    for (int64_t offset = 0; offset < tensor.bytes; offset += chunk_bytes) {
+      const int64_t size = std::min(chunk_bytes, tensor.bytes - offset);
+      std::string* chunk = message.mutable_chunk();
+      chunk->resize(size);
+      const absl::Status copied = tensors_->memory().CopyOut(
+          tensor.data.get(), tensor.bytes, offset, chunk->data(), size);
+      if (!copied.ok()) {
+        PublishHealth();  // a device fault makes the server unhealthy
+        return InField(copied, "handle");
+      }
+      response_bytes += static_cast<int64_t>(message.ByteSizeLong());
+      if (!writer->Write(message)) {
+        return absl::CancelledError("the client stopped reading");
+      }
+      message.clear_tensor();
+    }
+    return absl::OkStatus();
+  }();
+  return call.Finish(status, request->ByteSizeLong(), response_bytes);
+}
+
+grpc::Status TensorOpsService::DeleteTensor(
+    grpc::ServerContext* /*context*/, const v1::DeleteTensorRequest* request,
+    v1::DeleteTensorResponse* response) {
+  Call call(metrics_, Rpc::kDeleteTensor);
+  absl::StatusOr<int64_t> freed = tensors_->Delete(request->handle());
+  if (freed.ok()) response->set_freed_bytes(*freed);
+  return call.Finish(InField(freed.status(), "handle"), *request, *response);
+}
+
+grpc::Status TensorOpsService::ListTensors(
+    grpc::ServerContext* context, const v1::ListTensorsRequest* request,
+    v1::ListTensorsResponse* response) {
+  Call call(metrics_, Rpc::kListTensors);
+  const std::string client = ClientId(*context);
+  for (const TensorListing& t : tensors_->List(client)) {
+    FillTensorInfo(t, response->add_tensors());
+  }
+  response->set_used_bytes(tensors_->used_bytes(client));
+  response->set_quota_bytes(tensors_->options().quota_bytes);
+  response->set_total_used_bytes(tensors_->total_used_bytes());
+  response->set_cap_bytes(tensors_->options().cap_bytes);
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+grpc::Status TensorOpsService::RegisterSharedMemory(
+    grpc::ServerContext* /*context*/,
+    const v1::RegisterSharedMemoryRequest* request,
+    v1::RegisterSharedMemoryResponse* response) {
+  Call call(metrics_, Rpc::kRegisterSharedMemory);
+  return call.Finish(
+      shared_memory_->Register(request->name(), request->key(),
+                               request->offset(), request->byte_size()),
+      *request, *response);
+}
+
+grpc::Status TensorOpsService::UnregisterSharedMemory(
+    grpc::ServerContext* /*context*/,
+    const v1::UnregisterSharedMemoryRequest* request,
+    v1::UnregisterSharedMemoryResponse* response) {
+  Call call(metrics_, Rpc::kUnregisterSharedMemory);
+  return call.Finish(shared_memory_->Unregister(request->name()), *request,
+                     *response);
+}
+
+grpc::Status TensorOpsService::ListSharedMemory(
+    grpc::ServerContext* /*context*/,
+    const v1::ListSharedMemoryRequest* request,
+    v1::ListSharedMemoryResponse* response) {
+  Call call(metrics_, Rpc::kListSharedMemory);
+  for (const SharedMemoryListing& r : shared_memory_->List()) {
+    v1::SharedMemoryRegion* out = response->add_regions();
+    out->set_name(r.name);
+    out->set_key(r.key);
+    out->set_offset(r.offset);
+    out->set_byte_size(r.byte_size);
+  }
+  return call.Finish(absl::OkStatus(), *request, *response);
+}
+
+}  // namespace coalesce

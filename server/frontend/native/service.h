@@ -1,0 +1,125 @@
+// The coalesce.v1.TensorOps service: decodes a request (codec.h), selects a
+// kernel variant, runs it on the backend with the outputs written straight
+// where they go (the response's bytes, a new stored tensor or a registered
+// shared-memory region), and fills the KernelReport when asked. It also
+// serves Echo (the benchmark's floor), the tensor store's RPCs (PutTensor,
+// GetTensor, DeleteTensor, ListTensors) and the shared-memory registry's.
+// Every RPC, failed ones included, is reported to the injected
+// ServiceMetrics.
+// Errors are absl::Status inside and become grpc::Status only at the RPC
+// edge (status.h). Thread-safe: gRPC calls it from many threads at once; the
+// backend and the metrics are themselves thread-safe.
+#pragma once
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include <atomic>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "coalesce/v1/tensor_ops.grpc.pb.h"
+#include "kernels/core/backend.h"
+#include "kernels/selection/selector.h"
+#include "server/frontend/native/codec.h"
+#include "server/config.h"
+#include "server/metrics/service_metrics.h"
+#include "server/store/shared_memory.h"
+#include "server/store/tensor_store.h"
+
+namespace coalesce {
+
+class TensorOpsService final : public v1::TensorOps::Service {
+ public:
+  // backend, metrics, selector, tensors and shared_memory are not owned and
+  // must outlive the service. backend_reason says why this backend serves
+  // (reported by GetServerInfo). selector chooses the variant of every
+  // request without a forced one. tensors must keep its bytes in backend's
+  // resident memory (BackendTensorMemory): ops hand stored tensors to
+  // backend->Execute as resident operands.
+  TensorOpsService(Backend* backend, ServerConfig config,
+                   std::string backend_reason, ServiceMetrics* metrics,
+                   Selector* selector, TensorStore* tensors,
+                   SharedMemoryRegistry* shared_memory);
+
+  // Publishes the backend's health as the serving status of "" and of
+  // coalesce.v1.TensorOps, now and after every failed execution, so that a
+  // sticky device fault turns the server NOT_SERVING instead of it silently
+  // failing every request. health is not owned; it outlives the service's
+  // RPCs (both belong to one grpc::Server).
+  void AttachHealth(grpc::HealthCheckServiceInterface* health);
+
+  grpc::Status Transpose(grpc::ServerContext* context,
+                         const v1::TransposeRequest* request,
+                         v1::TransposeResponse* response) override;
+  grpc::Status Gemm(grpc::ServerContext* context,
+                    const v1::GemmRequest* request,
+                    v1::GemmResponse* response) override;
+  grpc::Status ConvertLayout(grpc::ServerContext* context,
+                             const v1::ConvertLayoutRequest* request,
+                             v1::ConvertLayoutResponse* response) override;
+  grpc::Status GeluLayerNorm(grpc::ServerContext* context,
+                             const v1::GeluLayerNormRequest* request,
+                             v1::GeluLayerNormResponse* response) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* context,
+                             const v1::GetServerInfoRequest* request,
+                             v1::GetServerInfoResponse* response) override;
+  grpc::Status ExplainSelection(
+      grpc::ServerContext* context, const v1::ExplainSelectionRequest* request,
+      v1::ExplainSelectionResponse* response) override;
+  grpc::Status Echo(grpc::ServerContext* context,
+                    const v1::EchoRequest* request,
+                    v1::EchoResponse* response) override;
+  grpc::Status PutTensor(grpc::ServerContext* context,
+                         grpc::ServerReader<v1::PutTensorRequest>* reader,
+                         v1::PutTensorResponse* response) override;
+  grpc::Status GetTensor(
+      grpc::ServerContext* context, const v1::GetTensorRequest* request,
+      grpc::ServerWriter<v1::GetTensorResponse>* writer) override;
+  grpc::Status DeleteTensor(grpc::ServerContext* context,
+                            const v1::DeleteTensorRequest* request,
+                            v1::DeleteTensorResponse* response) override;
+  grpc::Status ListTensors(grpc::ServerContext* context,
+                           const v1::ListTensorsRequest* request,
+                           v1::ListTensorsResponse* response) override;
+  grpc::Status RegisterSharedMemory(
+      grpc::ServerContext* context,
+      const v1::RegisterSharedMemoryRequest* request,
+      v1::RegisterSharedMemoryResponse* response) override;
+  grpc::Status UnregisterSharedMemory(
+      grpc::ServerContext* context,
+      const v1::UnregisterSharedMemoryRequest* request,
+      v1::UnregisterSharedMemoryResponse* response) override;
+  grpc::Status ListSharedMemory(
+      grpc::ServerContext* context, const v1::ListSharedMemoryRequest* request,
+      v1::ListSharedMemoryResponse* response) override;
+
+  // GetTensor's chunk size when the request names none.
+  static constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
+
+ private:
+  // One RPC as the metrics see it (service.cc).
+  class Call;
+
+  // Selects a variant for d, places each requested output where
+  // d.output_targets says (inline: the matching response tensor's bytes;
+  // a handle: a new stored tensor owned by the calling client; shared memory:
+  // already resolved), runs it and fills report when d.report.
+  absl::Status Run(Call& call, const grpc::ServerContext& context,
+                   const DecodedRequest& d,
+                   absl::Span<v1::Tensor* const> outputs,
+                   v1::KernelReport* report);
+  DataPlane plane() const { return DataPlane{tensors_, shared_memory_}; }
+  void PublishHealth();
+
+  Backend* const backend_;
+  const ServerConfig config_;
+  const std::string backend_reason_;
+  ServiceMetrics* const metrics_;
+  Selector* const selector_;
+  TensorStore* const tensors_;
+  SharedMemoryRegistry* const shared_memory_;
+  std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
+};
+
+}  // namespace coalesce

@@ -1,0 +1,149 @@
+#include "server/store/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/store/mapping_guard.h"
+
+namespace coalesce {
+
+SharedMemoryRegion::SharedMemoryRegion(std::string name, std::string key,
+                                       uint64_t offset, uint64_t byte_size,
+                                       int fd, void* mapping,
+                                       uint64_t mapping_bytes)
+    : name_(std::move(name)),
+      key_(std::move(key)),
+      offset_(offset),
+      byte_size_(byte_size),
+      fd_(fd),
+      mapping_(mapping),
+      mapping_bytes_(mapping_bytes),
+      guard_slot_(GuardMapping(mapping, mapping_bytes)) {}
+
+SharedMemoryRegion::~SharedMemoryRegion() {
+  UnguardMapping(guard_slot_);
+  munmap(mapping_, mapping_bytes_);
+  close(fd_);
+}
+
+absl::Status SharedMemoryRegion::CheckAlive() const {
+  if (MappingFaulted(guard_slot_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared-memory region '", name_, "': its object ", key_,
+        " shrank while a request used it (the lost pages read as zeros "
+        "here); unregister the region and register the object again"));
+  }
+  struct stat st;
+  if (fstat(fd_, &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared-memory region '", name_, "' (key ", key_,
+                     "): fstat failed: ", std::strerror(errno)));
+  }
+  if (st.st_nlink == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared-memory region '", name_, "': its object ", key_,
+        " was unlinked; register a live object (and unregister this one)"));
+  }
+  if (static_cast<uint64_t>(st.st_size) < offset_ + byte_size_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared-memory region '", name_, "': its object ", key_, " shrank to ",
+        st.st_size, " bytes, short of the registered range [", offset_, ", ",
+        offset_ + byte_size_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegistry::Register(absl::string_view name,
+                                            absl::string_view key,
+                                            uint64_t offset,
+                                            uint64_t byte_size) {
+  if (name.empty()) return absl::InvalidArgumentError("name: required");
+  if (key.empty()) return absl::InvalidArgumentError("key: required");
+  if (byte_size == 0) {
+    return absl::InvalidArgumentError("byte_size: must be > 0");
+  }
+  uint64_t end = 0;
+  if (__builtin_add_overflow(offset, byte_size, &end) ||
+      end > static_cast<uint64_t>(INT64_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "offset + byte_size: ", offset, " + ", byte_size, " overflows"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (regions_.count(name) != 0) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "name: a shared-memory region '", name, "' is already registered"));
+    }
+  }
+  const std::string key_string(key);
+  const int fd = shm_open(key_string.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string message = absl::StrCat(
+        "key: shm_open(\"", key, "\") failed: ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(message)
+                         : absl::InvalidArgumentError(message);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < end) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte_size: the range [", offset, ", ", end, ") lies past the end of ",
+        key, " (", st.st_size, " bytes)"));
+  }
+  void* mapping = mmap(nullptr, end, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mapping == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("key: mmap of ", key, " failed: ", std::strerror(err)));
+  }
+  auto region = std::make_shared<const SharedMemoryRegion>(
+      std::string(name), key_string, offset, byte_size, fd, mapping, end);
+  absl::MutexLock lock(&mu_);
+  if (!regions_.emplace(std::string(name), std::move(region)).second) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "name: a shared-memory region '", name, "' is already registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(name);
+  if (it == regions_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("name: no shared-memory region '", name, "'"));
+  }
+  regions_.erase(it);
+  return absl::OkStatus();
+}
+
+std::vector<SharedMemoryListing> SharedMemoryRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<SharedMemoryListing> out;
+  for (const auto& [name, r] : regions_) {
+    out.push_back({r->name(), r->key(), r->offset(), r->byte_size()});
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>>
+SharedMemoryRegistry::Find(absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(name);
+  if (it == regions_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no shared-memory region '", name, "' is registered"));
+  }
+  return it->second;
+}
+
+}  // namespace coalesce
