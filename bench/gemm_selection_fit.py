@@ -8,7 +8,7 @@ fastest variant for >= 95% of the shapes. A tune sweep's output folder
 table-heuristic-gemm.txt (seed 7) and table-cold-gemm.txt (seed 8), which
 keep one measurement per selection key, whose log2 buckets do not name the
 shape; this tool regenerates the exact shapes (`coalesce tune gemm --random_shapes=200`
-draws them with RandomShapes in client/selection_cli.cc: std::mt19937_64,
+draws them with RandomShapes in client/cli/selection_commands.cc: std::mt19937_64,
 libstdc++'s uniform_real_distribution, re-implemented here bit for bit) and
 gives each table entry to the last shape with its key (the table is written
 shape by shape, a later shape's entry replacing an earlier one's; the earlier

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The random shapes of `coalesce tune OP --random_shapes=N` (RandomShapes in
-client/selection_cli.cc: std::mt19937_64 and libstdc++'s
+client/cli/selection_commands.cc: std::mt19937_64 and libstdc++'s
 uniform_real_distribution, re-implemented bit for bit) and the selection
 key's log2 buckets and alignment classes (kernels/selection/selection_key.cc),
 for the tools that refit the selection estimates on an H200 sweep

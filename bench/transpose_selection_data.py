@@ -5,7 +5,7 @@
 shapes per seed (`coalesce tune transpose --random_shapes=200`), but its
 tables keep one measurement per selection key. As bench/gemm_selection_fit.py
 does for GEMM, this regenerates the exact shapes (RandomShapes in
-client/selection_cli.cc, re-implemented bit for bit there) and gives each
+client/cli/selection_commands.cc, re-implemented bit for bit there) and gives each
 table entry to the last shape with its key. It writes
 transpose_selection_seed{7,8}.txt ("M,N<TAB>variant=seconds,..." lines) for
 selection_estimate_test, which checks the C++ estimates against them:

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/shape.h"
 #include "base/status_macros.h"
 
 namespace coalesce {
@@ -22,43 +23,23 @@ constexpr size_t kMagicLength = 6;
 // bytes since NumPy 1.14 (older versions used 16, which readers accept).
 constexpr size_t kHeaderAlignment = 64;
 
-// The on-disk element type. bfloat16 travels as '<u2'.
-enum class FileType { kF4, kF2, kU2 };
+// The on-disk element type of each dtype, as the header's descr names it.
+struct FileType {
+  DType dtype;
+  absl::string_view descr;
+};
+constexpr FileType kFileTypes[] = {
+    {DType::kFloat32, "<f4"},
+    {DType::kFloat16, "<f2"},
+    // NumPy has no bfloat16: its bit patterns travel as '<u2'.
+    {DType::kBFloat16, "<u2"},
+};
 
-absl::string_view FileTypeDescr(FileType t) {
-  switch (t) {
-    case FileType::kF4:
-      return "<f4";
-    case FileType::kF2:
-      return "<f2";
-    case FileType::kU2:
-      return "<u2";
+absl::string_view Descr(DType t) {
+  for (const FileType& f : kFileTypes) {
+    if (f.dtype == t) return f.descr;
   }
   return "";
-}
-
-FileType FileTypeFor(DType t) {
-  switch (t) {
-    case DType::kFloat32:
-      return FileType::kF4;
-    case DType::kFloat16:
-      return FileType::kF2;
-    case DType::kBFloat16:
-      return FileType::kU2;
-  }
-  return FileType::kF4;
-}
-
-DType NaturalDType(FileType t) {
-  switch (t) {
-    case FileType::kF4:
-      return DType::kFloat32;
-    case FileType::kF2:
-      return DType::kFloat16;
-    case FileType::kU2:
-      return DType::kBFloat16;
-  }
-  return DType::kFloat32;
 }
 
 // Element loads and stores through memcpy: .npy data need not be aligned
@@ -213,9 +194,10 @@ absl::StatusOr<Header> ParseHeaderDict(absl::string_view text) {
   return h;
 }
 
-absl::StatusOr<FileType> ParseDescr(absl::string_view descr) {
-  for (const FileType t : {FileType::kF4, FileType::kF2, FileType::kU2}) {
-    if (descr == FileTypeDescr(t)) return t;
+// The dtype a descr stores.
+absl::StatusOr<DType> ParseDescr(absl::string_view descr) {
+  for (const FileType& f : kFileTypes) {
+    if (descr == f.descr) return f.dtype;
   }
   if (!descr.empty() && descr.front() == '>') {
     return absl::InvalidArgumentError(
@@ -234,27 +216,7 @@ std::string ShapeTuple(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
 }  // namespace
-
-absl::StatusOr<int64_t> CheckedNumElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (const int64_t d : shape) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("negative dimension in shape ", ShapeString(shape)));
-    }
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shape ", ShapeString(shape), " overflows int64"));
-    }
-    n *= d;
-  }
-  return n;
-}
 
 absl::StatusOr<std::string> SerializeNpy(const NpyArray& array) {
   COALESCE_ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(array.shape));
@@ -267,7 +229,7 @@ absl::StatusOr<std::string> SerializeNpy(const NpyArray& array) {
                      element, " bytes, has ", array.bytes.size(), " bytes"));
   }
   const std::string dict = absl::StrCat(
-      "{'descr': '", FileTypeDescr(FileTypeFor(array.dtype)),
+      "{'descr': '", Descr(array.dtype),
       "', 'fortran_order': False, 'shape': ", ShapeTuple(array.shape), ", }");
   // Version 1.0 stores the header length in 16 bits, 2.0 in 32.
   int major = 1;
@@ -331,15 +293,14 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view contents,
   }
   COALESCE_ASSIGN_OR_RETURN(
       Header header, ParseHeaderDict(contents.substr(prefix, header_length)));
-  COALESCE_ASSIGN_OR_RETURN(const FileType file_type, ParseDescr(header.descr));
+  COALESCE_ASSIGN_OR_RETURN(const DType stored, ParseDescr(header.descr));
   if (header.fortran_order) {
     return absl::InvalidArgumentError(
         "fortran_order=True .npy files are not supported; save a C-order "
         "array, e.g. np.ascontiguousarray(arr)");
   }
-  const DType stored = NaturalDType(file_type);
   const DType dtype = want.value_or(stored);
-  if (file_type == FileType::kU2 && dtype != DType::kBFloat16) {
+  if (stored == DType::kBFloat16 && dtype != DType::kBFloat16) {
     return absl::InvalidArgumentError(
         absl::StrCat("'<u2' .npy data is read only as bfloat16 bits, not as ",
                      DTypeName(dtype)));

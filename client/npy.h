@@ -26,10 +26,6 @@ struct NpyArray {
   std::string bytes;
 };
 
-// Number of elements of `shape`, or INVALID_ARGUMENT on a negative dimension
-// or overflow.
-absl::StatusOr<int64_t> CheckedNumElements(const std::vector<int64_t>& shape);
-
 // The .npy bytes of `array`: the header is padded with spaces so that the
 // data starts at a multiple of 64 bytes; version 2.0 only when the header
 // does not fit version 1.0's 16-bit length. INVALID_ARGUMENT if `bytes` does

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/dtype.h"
 #include "client/npy.h"
 #include "coalesce/v1/tensor_ops.pb.h"
-#include "base/dtype.h"
 #include "proto/dtype.h"
 
 namespace coalesce {

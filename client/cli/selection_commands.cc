@@ -1,25 +1,52 @@
-#include "client/selection_cli.h"
+#include "client/cli/selection_commands.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/status_macros.h"
+#include "client/cli/op_commands.h"
+#include "client/cli/op_common.h"
+#include "client/client.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/reflection.h"
 #include "kernels/core/problem.h"
 #include "kernels/selection/selection_key.h"
-#include "base/status_macros.h"
 #include "kernels/selection/tuning_store.h"
 
-namespace coalesce {
+ABSL_FLAG(std::string, shapes, "",
+          "tune: shapes separated by ';', each as --shape takes it (gemm: "
+          "M,N,K).");
+ABSL_FLAG(bool, measure, false,
+          "explain: also time every eligible variant on the server now.");
+ABSL_FLAG(int32_t, random_shapes, 0,
+          "tune: this many random shapes, tiny to large, odd and aligned.");
+ABSL_FLAG(uint64_t, shapes_seed, 7, "tune: seed of --random_shapes.");
+ABSL_FLAG(int64_t, max_shape_bytes, int64_t{256} << 20,
+          "tune: largest tensor of a random shape, in bytes.");
+ABSL_FLAG(std::string, out, "", "tune: the table file to write.");
+ABSL_FLAG(std::string, shapes_out, "",
+          "tune: also write every shape's automatic choice and measured "
+          "times to this file (tab-separated, one shape a line), which "
+          "the table keeps only one shape of per key.");
+
+namespace coalesce::cli {
 namespace {
 
 using google::protobuf::FieldDescriptor;
@@ -40,48 +67,29 @@ void StripTensorData(Message& request) {
   }
 }
 
+// The ExplainSelection of an op request (the oneof member of its type),
+// without its tensor data.
 absl::StatusOr<v1::ExplainSelectionRequest> ToExplain(const Message& request) {
   v1::ExplainSelectionRequest e;
-  if (auto* t = dynamic_cast<const v1::TransposeRequest*>(&request)) {
-    *e.mutable_transpose() = *t;
-  } else if (auto* g = dynamic_cast<const v1::GemmRequest*>(&request)) {
-    *e.mutable_gemm() = *g;
-  } else if (auto* l =
-                 dynamic_cast<const v1::ConvertLayoutRequest*>(&request)) {
-    *e.mutable_convert_layout() = *l;
-  } else if (auto* n =
-                 dynamic_cast<const v1::GeluLayerNormRequest*>(&request)) {
-    *e.mutable_gelu_layer_norm() = *n;
-  } else {
-    return absl::InvalidArgumentError("not an op request");
+  const google::protobuf::OneofDescriptor* ops =
+      e.GetDescriptor()->FindOneofByName("request");
+  for (int i = 0; i < ops->field_count(); ++i) {
+    const FieldDescriptor* f = ops->field(i);
+    if (f->message_type() != request.GetDescriptor()) continue;
+    Message* inner = e.GetReflection()->MutableMessage(&e, f);
+    inner->CopyFrom(request);
+    StripTensorData(*inner);
+    return e;
   }
-  Message* inner = nullptr;
-  switch (e.request_case()) {
-    case v1::ExplainSelectionRequest::kTranspose:
-      inner = e.mutable_transpose();
-      break;
-    case v1::ExplainSelectionRequest::kGemm:
-      inner = e.mutable_gemm();
-      break;
-    case v1::ExplainSelectionRequest::kConvertLayout:
-      inner = e.mutable_convert_layout();
-      break;
-    case v1::ExplainSelectionRequest::kGeluLayerNorm:
-      inner = e.mutable_gelu_layer_norm();
-      break;
-    default:
-      break;
-  }
-  StripTensorData(*inner);
-  return e;
+  return absl::InvalidArgumentError("not an op request");
 }
 
 std::string Us(double s) {
   return s < 0 ? "-" : absl::StrFormat("%.2f", s * 1e6);
 }
 
-}  // namespace
-
+// Sends `request` as an ExplainSelection without its tensor data and prints
+// the answer; with measure the server also times every eligible variant now.
 absl::Status ExplainRequest(Client& client, Message& request, bool measure) {
   COALESCE_ASSIGN_OR_RETURN(v1::ExplainSelectionRequest e, ToExplain(request));
   e.set_measure(measure);
@@ -106,6 +114,19 @@ absl::Status ExplainRequest(Client& client, Message& request, bool measure) {
   return absl::OkStatus();
 }
 
+// One tuned shape: every eligible variant timed through the server.
+struct TunedShape {
+  std::string key;        // the server's selection key
+  std::string label;      // the shape, as given
+  std::string automatic;  // what the server chose before tuning
+  std::string automatic_source;
+  std::vector<std::pair<std::string, double>> measured;  // fastest first
+};
+
+// Has the server time every eligible variant of `request`'s shape on its
+// scratch buffers (ExplainSelection with measure: the bench harness's
+// method, device-resident, so no tensor data crosses the wire) and returns
+// the times with the choice the server made before measuring.
 absl::StatusOr<TunedShape> TuneRequest(Client& client, Message& request,
                                        std::string label) {
   COALESCE_ASSIGN_OR_RETURN(v1::ExplainSelectionRequest e, ToExplain(request));
@@ -132,6 +153,9 @@ absl::StatusOr<TunedShape> TuneRequest(Client& client, Message& request,
   return t;
 }
 
+// Writes the tuning table (the format of kernels/selection/tuning_store.h,
+// build "any") and prints the quality summary: for how many shapes the
+// automatic choice was within 10% of the fastest.
 absl::Status WriteTable(const std::vector<TunedShape>& shapes,
                         const std::string& path) {
   if (shapes.empty()) return absl::InvalidArgumentError("no shape was tuned");
@@ -150,7 +174,6 @@ absl::Status WriteTable(const std::vector<TunedShape>& shapes,
   TuningStore table(
       {"any", device, absl::StrJoin(versions, ",", absl::PairFormatter("="))});
   int within = 0;
-  std::vector<std::string> worst;
   std::vector<std::pair<double, std::string>> ratios;
   for (const TunedShape& s : shapes) {
     table.Put(s.key, {s.measured[0].first, s.measured[0].second, s.measured});
@@ -179,6 +202,11 @@ absl::Status WriteTable(const std::vector<TunedShape>& shapes,
   return absl::OkStatus();
 }
 
+// Writes every tuned shape, one line each: the shape as given, its key, the
+// automatic choice and where it came from, and every measured variant as
+// name=seconds, fastest first, tab-separated (a '#' header line first):
+// what refitting the estimates offline needs, where the table keeps one
+// shape per key.
 absl::Status WriteTunedShapes(const std::vector<TunedShape>& shapes,
                               const std::string& path) {
   std::ofstream f(path);
@@ -200,6 +228,12 @@ absl::Status WriteTunedShapes(const std::vector<TunedShape>& shapes,
   return absl::OkStatus();
 }
 
+// Random shapes for an op's sweep: sizes log-uniform from tiny to large,
+// half of them aligned to 64, total bytes bounded by max_bytes. Each entry
+// is the flag values of one request ("M,N" for transpose, "M,N,K" for
+// gemm, "N,C,H,W" for layout, "ROWS,H" for gelu-ln). bench/sweep_shapes.py
+// draws the same shapes bit for bit to refit the estimates from a sweep's
+// tables: change both together.
 std::vector<std::string> RandomShapes(const std::string& op, int count,
                                       uint64_t seed, int64_t max_bytes) {
   std::mt19937_64 rng(seed);
@@ -233,4 +267,84 @@ std::vector<std::string> RandomShapes(const std::string& op, int count,
   return out;
 }
 
-}  // namespace coalesce
+absl::Status Explain(OpRunner runner, Client& client, OpFlags flags) {
+  flags.request_hook = [measure = absl::GetFlag(FLAGS_measure)](
+                           Client& c, Message& request) {
+    return ExplainRequest(c, request, measure);
+  };
+  return runner(client, std::move(flags));
+}
+
+// Tunes every shape of --shapes and --random_shapes, then writes the table
+// (and --shapes_out); 1 when a shape failed.
+absl::StatusOr<int> Tune(absl::string_view op, OpRunner runner, Client& client,
+                         OpFlags flags) {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return UsageError("tune needs --out=TABLE");
+  std::vector<std::string> shapes =
+      absl::StrSplit(absl::GetFlag(FLAGS_shapes), ';', absl::SkipEmpty());
+  if (absl::GetFlag(FLAGS_random_shapes) > 0) {
+    for (std::string& s :
+         RandomShapes(std::string(op), absl::GetFlag(FLAGS_random_shapes),
+                      absl::GetFlag(FLAGS_shapes_seed),
+                      absl::GetFlag(FLAGS_max_shape_bytes))) {
+      shapes.push_back(std::move(s));
+    }
+  }
+  if (shapes.empty())
+    return UsageError("tune needs --shapes or --random_shapes");
+  if (op == "layout") SetDefaultLayoutConversion();
+  std::vector<TunedShape> results;
+  const absl::Time start = absl::Now();
+  int failed = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::fprintf(stderr, "\r[%zu/%zu %.0fs] %s %-24s", i + 1, shapes.size(),
+                 absl::ToDoubleSeconds(absl::Now() - start),
+                 std::string(op).c_str(), shapes[i].c_str());
+    std::fflush(stderr);
+    COALESCE_RETURN_IF_ERROR(SetTuneShape(op, shapes[i]));
+    flags.request_hook = [&](Client& c, Message& request) {
+      COALESCE_ASSIGN_OR_RETURN(TunedShape t,
+                                TuneRequest(c, request, shapes[i]));
+      results.push_back(std::move(t));
+      return absl::OkStatus();
+    };
+    absl::Status s = runner(client, flags);
+    if (!s.ok()) {
+      ++failed;
+      std::fprintf(stderr, "\n%s: %s\n", shapes[i].c_str(),
+                   s.ToString().c_str());
+    }
+  }
+  std::fprintf(stderr, "\n");
+  COALESCE_RETURN_IF_ERROR(WriteTable(results, out));
+  if (const std::string shapes_out = absl::GetFlag(FLAGS_shapes_out);
+      !shapes_out.empty()) {
+    COALESCE_RETURN_IF_ERROR(WriteTunedShapes(results, shapes_out));
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunSelectionCommand(absl::string_view command,
+                                        absl::string_view op,
+                                        std::vector<std::string> inputs,
+                                        Connector connect) {
+  const OpRunner runner = RunnerFor(op);
+  if (runner == nullptr) {
+    return UsageError(absl::StrCat(command, ": unknown op '", op,
+                                   "'; expected transpose, gemm, layout or "
+                                   "gelu-ln"));
+  }
+  COALESCE_ASSIGN_OR_RETURN(OpFlags flags, ParseOpFlags(std::move(inputs)));
+  COALESCE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, connect());
+  flags.shape_only = true;
+  if (command == "explain") {
+    COALESCE_RETURN_IF_ERROR(Explain(runner, *client, std::move(flags)));
+    return 0;
+  }
+  return Tune(op, runner, *client, std::move(flags));
+}
+
+}  // namespace coalesce::cli

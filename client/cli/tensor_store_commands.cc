@@ -1,0 +1,98 @@
+#include "client/cli/tensor_store_commands.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/dtype.h"
+#include "base/status_macros.h"
+#include "client/cli/op_common.h"
+#include "client/client.h"
+#include "client/npy.h"
+#include "client/tensors.h"
+
+ABSL_FLAG(std::string, name, "",
+          "put: the handle to create (empty: the server picks one).");
+
+namespace coalesce::cli {
+
+namespace {
+
+// Uploads a .npy file (converted to --dtype when given); prints the handle.
+absl::Status Put(Client& client, const std::string& path) {
+  std::optional<DType> want;
+  if (!absl::GetFlag(FLAGS_dtype).empty()) {
+    DType t;
+    if (!ParseDType(absl::GetFlag(FLAGS_dtype), &t)) {
+      return UsageError(absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype)));
+    }
+    want = t;
+  }
+  COALESCE_ASSIGN_OR_RETURN(NpyArray a, ReadNpy(path, want));
+  COALESCE_ASSIGN_OR_RETURN(
+      v1::TensorInfo info,
+      client.PutTensor(ToProtoDType(a.dtype), a.shape, a.bytes,
+                       absl::GetFlag(FLAGS_name)));
+  std::printf("%s\n", info.handle().c_str());
+  return absl::OkStatus();
+}
+
+absl::Status Get(Client& client, const std::string& handle) {
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output.empty()) return UsageError("get needs --output=FILE.npy");
+  COALESCE_ASSIGN_OR_RETURN(FetchedTensor t, client.GetTensor(handle));
+  NpyArray a;
+  COALESCE_ASSIGN_OR_RETURN(a.dtype, FromProtoDType(t.info.dtype()));
+  a.shape.assign(t.info.shape().begin(), t.info.shape().end());
+  a.bytes = std::move(t.bytes);
+  return WriteNpy(output, a);
+}
+
+absl::Status Remove(Client& client, const std::string& handle) {
+  COALESCE_ASSIGN_OR_RETURN(int64_t freed, client.DeleteTensor(handle));
+  std::printf("%lld bytes freed\n", static_cast<long long>(freed));
+  return absl::OkStatus();
+}
+
+absl::Status List(Client& client) {
+  COALESCE_ASSIGN_OR_RETURN(v1::ListTensorsResponse list, client.ListTensors());
+  for (const v1::TensorInfo& t : list.tensors()) {
+    std::printf("%s %s [%s] %lld bytes, owner %s, idle %.1f s\n",
+                t.handle().c_str(),
+                std::string(v1::DataType_Name(t.dtype())).c_str(),
+                absl::StrJoin(t.shape(), ",").c_str(),
+                static_cast<long long>(t.byte_size()), t.owner().c_str(),
+                t.idle_seconds());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunTensorStoreCommand(absl::string_view command,
+                                          const std::vector<std::string>& args,
+                                          Connector connect) {
+  const bool takes_arg = command != "ls";
+  if (args.size() != (takes_arg ? 1u : 0u)) {
+    return UsageError(absl::StrCat(
+        command, takes_arg ? " takes one argument" : " takes no argument"));
+  }
+  COALESCE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, connect());
+  if (command == "put") {
+    COALESCE_RETURN_IF_ERROR(Put(*client, args[0]));
+  } else if (command == "get") {
+    COALESCE_RETURN_IF_ERROR(Get(*client, args[0]));
+  } else if (command == "rm") {
+    COALESCE_RETURN_IF_ERROR(Remove(*client, args[0]));
+  } else {
+    COALESCE_RETURN_IF_ERROR(List(*client));
+  }
+  return 0;
+}
+
+}  // namespace coalesce::cli
