@@ -60,7 +60,7 @@ std::string RandomBytes(int64_t n, uint32_t& state) {
   return out;
 }
 
-// GEMM cases of the issue on top of the shared ones (which hold 1x1x1 and
+// GPU GEMM cases on top of the shared ones (which hold 1x1x1 and
 // 7x13x5 with every transpose): 257x129x65, one past tile multiples, with
 // every transpose; edges whose rows are whole 16-byte chunks so that the
 // cp.async and TMA variants run them too (264x136x72 with every transpose,
@@ -105,9 +105,9 @@ std::vector<Problem> GemmExtraProblems(DType t) {
   return out;
 }
 
-// Shapes the issues name for the GPU on top of the shared edge cases: 4097
-// (one past a tile multiple), C = 3 images, batched odd sizes; GELU-LN rows
-// from 1 to 16384 wide.
+// GPU shapes on top of the shared edge cases: 4097 (one past a tile
+// multiple), C = 3 images, batched odd sizes; GELU-LN rows from 1 to 16384
+// wide.
 std::vector<Problem> ExtraProblems(OpKind op, DType t) {
   std::vector<Problem> out;
   if (op == OpKind::kTranspose) {
@@ -154,7 +154,7 @@ std::vector<Problem> ExtraProblems(OpKind op, DType t) {
     for (Problem& p : GemmExtraProblems(t)) out.push_back(std::move(p));
   }
   if (op == OpKind::kGeluLayerNorm) {
-    // The issue's widths and the kernels' edges: 1023/1024 (warp_per_row's
+    // Widths at the kernels' edges: 1023/1024 (warp_per_row's
     // largest rows, scalar and vector), 2049, 6144, 16383/16384
     // (block_per_row's capacity buckets, scalar and 16-byte packs), 8191
     // and 7 (tails). Eight flag sets per width that turn each of the six
@@ -497,8 +497,8 @@ TEST_F(CudaConformance, ResidentOperandsAreUsedInPlace) {
 // transpose variant, float32 and bfloat16, a tiled shape, a small_dim one
 // (3 rows) and one whose input is past 1.5x the L2, where tma's blocks
 // prefetch every stage's tile before the wait, not only the first
-// (TmaPrefetchesEveryStage); 16 runs,
-// then the last output against the first input. The variants and the
+// (TmaPrefetchesEveryStage); 16 runs, then the last output against the
+// first input. The variants and the
 // large shape obey COALESCE_CONFORMANCE_VARIANTS and _MAX_BYTES.
 TEST_F(CudaConformance, BackToBackRunsReadTheRunBefore) {
   const DeviceInfo& dev = backend_->device();

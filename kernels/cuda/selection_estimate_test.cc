@@ -1,8 +1,9 @@
 // The CUDA variants' estimates on an H200 description, against winners the
-// H200 selection sweep measured (deploy/tuning/nvidia-h200.txt, its exact
-// GEMM shapes in kernels/cuda/testdata, and
-// bench/results/h200/gelu-layer-norm.txt): the heuristic is what a cold
-// server uses for shapes the shipped table lacks. Estimates are pure
+// H200 selection sweep measured (deploy/tuning/nvidia-h200.txt and the
+// sweeps' exact shapes in kernels/cuda/testdata, from `scripts/gpu-check.sh
+// OUT tune`) and GELU-LayerNorm times of `coalesce-bench kernels
+// --ops=gelu_layer_norm`: the heuristic is what a cold server uses for
+// shapes the shipped table lacks. Estimates are pure
 // functions of the problem and the device description: no GPU needed.
 #include <gtest/gtest.h>
 
@@ -16,10 +17,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/selection/heuristic.h"
 #include "kernels/selection/selection_key.h"
 #include "kernels/selection/tuning_store.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/testing/conformance.h"
 
 namespace coalesce {
@@ -148,14 +149,14 @@ std::vector<TableGemm> ShippedFloat32Gemms() {
   return out;
 }
 
-// The heuristic against the shipped table's measurements: for a shape in
-// the middle of each entry's buckets, the variant with the lowest estimate
-// ran within 10% of the entry's fastest. 170 of 190 with the estimates
-// before the sweep's exact shapes were fitted (below), 163 after: shapes at
-// the bucket middles are only near the ones measured (the middle of m's
-// bucket 6 is 48, the shapes there had m = 64), and the fitted estimates
-// tell apart regimes (cuBLASLt's split K under 32K outputs, a few rows of
-// short K) that a bucket's middle may not share with its shape.
+// The heuristic against the shipped table's measurements: for a shape in the
+// middle of each entry's buckets, the variant with the lowest estimate ran
+// within 10% of the entry's fastest: 163 of 190 with the estimates fitted to
+// the sweep's exact shapes (below). Shapes at the bucket middles are only near
+// the ones measured (the middle of m's bucket 6 is 48, the shapes there had m =
+// 64), and the fitted estimates tell apart regimes (cuBLASLt's split K under
+// 32K outputs, a few rows of short K) that a bucket's middle may not share with
+// its shape.
 TEST_F(SelectionEstimate, Float32GemmsAgreeWithTheShippedTable) {
   const std::vector<TableGemm> entries = ShippedFloat32Gemms();
   ASSERT_GE(entries.size(), 100u) << COALESCE_H200_TABLE;
@@ -227,8 +228,8 @@ std::vector<SweepShape> ReadSweep(const std::string& file, size_t rank) {
   return out;
 }
 
-// The GEMM sweep (RandomShapes("gemm", 200, seed, 64 MiB), float32,
-// bench/results/h200/selection-sweep) as TableGemm.
+// The GEMM sweep (RandomShapes("gemm", 200, seed, 64 MiB), float32) as
+// TableGemm.
 std::vector<TableGemm> SweepGemms(const std::string& file) {
   std::vector<TableGemm> out;
   for (SweepShape& s : ReadSweep(file, 3)) {
@@ -237,14 +238,13 @@ std::vector<TableGemm> SweepGemms(const std::string& file) {
   return out;
 }
 
-// Issue 6's figure for the heuristic alone on the sweep's exact shapes: the
-// choice within 10% of the fastest for >= 95% of them. The estimates'
-// constants were fitted on seed 7: 188 of its 190 shapes with their own
-// measurement (166 before). Seed 8 was only evaluated: 183 of 189 (163
-// before). The misses left are all between naive and cuBLASLt: cuBLASLt
-// 1.2-1.5x slower than naive where estimated faster (5824x2x64,
-// 147x896x27, 64x712x32, 64x512x47, 1x4797x97) or 7.1x (7x134x128), and
-// naive 1.12-1.13x slower (64x64x64, 64x3740x2).
+// The target for the heuristic alone on the sweep's exact shapes: the choice
+// within 10% of the fastest for >= 95% of them. The estimates' constants were
+// fitted on seed 7: 188 of its 190 shapes with their own measurement. Seed 8
+// was only evaluated: 183 of 189. The misses left are all between naive and
+// cuBLASLt: cuBLASLt 1.2-1.5x slower than naive where estimated faster
+// (5824x2x64, 147x896x27, 64x712x32, 64x512x47, 1x4797x97) or 7.1x (7x134x128),
+// and naive 1.12-1.13x slower (64x64x64, 64x3740x2).
 TEST_F(SelectionEstimate, Float32GemmsOfTheSweepWithinTenPercent) {
   auto within_ten_percent = [this](const std::vector<TableGemm>& shapes) {
     return WithinTenPercent(shapes, [this](const TableGemm& g) {
@@ -276,17 +276,14 @@ TEST_F(SelectionEstimate, EmptyTransposesAreEstimated) {
 }
 
 // The transpose heuristic alone on the sweep's exact shapes (the tables keep
-// the last shape of each key), both seeds measured on the H200 in the
-// fourteenth session: within 10% of the fastest for 146 of 148 seed-7
-// shapes, whose medians under 1 MB set the call costs
-// (transpose_variants.cc), and 156 of 159 seed-8 shapes, never fitted on
-// (135 and 143 before those costs and small_dim's block count). The misses
-// left: smem_padded chosen over vec16 at 2700x288 and 64x11264
-// (1.11-1.13x) and over naive at 8655x7 (1.14x), small_dim over naive at
-// 384x13 and 14x448 (1.10-1.16x).
+// the last shape of each key), both seeds measured on the H200: within 10% of
+// the fastest for 146 of 148 seed-7 shapes, whose medians under 1 MB set the
+// call costs (transpose/variants.cc), and 156 of 159 seed-8 shapes, never
+// fitted on. The misses left: smem_padded chosen over vec16 at 2700x288 and
+// 64x11264 (1.11-1.13x) and over naive at 8655x7 (1.14x), small_dim over naive
+// at 384x13 and 14x448 (1.10-1.16x).
 TEST_F(SelectionEstimate, Float32TransposesOfTheSweepWithinTenPercent) {
-  // RandomShapes("transpose", 200, seed, 256 MiB), float32,
-  // bench/results/h200/session14/transpose-tune.
+  // RandomShapes("transpose", 200, seed, 256 MiB), float32.
   auto within_ten_percent = [this](const std::vector<SweepShape>& shapes) {
     return WithinTenPercent(shapes, [this](const SweepShape& t) {
       TransposeProblem p;
@@ -308,18 +305,15 @@ TEST_F(SelectionEstimate, Float32TransposesOfTheSweepWithinTenPercent) {
   EXPECT_GE(held_out_good, 0.95 * held_out.size());
 }
 
-// The layout heuristic alone on the sixteenth session's H200 sweep of
-// float32 NCHW -> NHWC layouts (every shape, both seeds; convert_layout.cuda
-// .tma registered that session): within 10% of the fastest for 190 of the
-// 200 seed-7 shapes and 189 of the 200 seed-8 ones (184 and 186 with
-// tiled's transposing efficiency at 0.7; 186 and 187 with the transposes'
-// call costs added). The misses left are tiny: naive 1.1-1.75x faster than
+// The layout heuristic alone on the H200 sweep of float32 NCHW -> NHWC
+// layouts (every shape, both seeds, convert_layout.cuda.tma included):
+// within 10% of the fastest for 190 of the 200 seed-7 shapes and 189 of the
+// 200 seed-8 ones. The misses left are tiny: naive 1.1-1.75x faster than
 // tiled on identity-like layouts of 4-5 us (C or HW of 1), vec16
 // 1.1-1.25x faster than tiled at 5-6 us, tiled or naive 1.1-1.2x faster than
 // small_dim at 4-6 us.
 TEST_F(SelectionEstimate, Float32LayoutsOfTheSweepWithinTenPercent) {
-  // RandomShapes("layout", 200, seed, 256 MiB), float32,
-  // bench/results/h200/session16/layout-tune.
+  // RandomShapes("layout", 200, seed, 256 MiB), float32.
   auto within_ten_percent = [this](const std::vector<SweepShape>& shapes) {
     return WithinTenPercent(shapes, [this](const SweepShape& t) {
       PermuteProblem p;

@@ -40,8 +40,8 @@
 #include <algorithm>
 
 #include "base/status_macros.h"
-#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/gelu_ln/kernels.cuh"
+#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
 #include "kernels/cuda/variants.h"
 
@@ -72,15 +72,16 @@ constexpr int kMaxThreadsVector = 1024;
 constexpr int kMaxThreadsScalar = 512;
 constexpr int kMinThreadsPerSmVector = 1024;
 constexpr int kMinThreadsPerSmScalar = 512;
-// The heuristic's efficiencies. Measured on the H200 (docs/PERFORMANCE.md,
-// GELU-LayerNorm, per launch): float32 rows of 2048 to 8192 at 0.89-0.98
-// of the copy peak, 16-bit ones at 0.73-0.90 (issue-bound), and 16-bit
-// rows of 1024 (in 64-thread blocks) at 0.65, ahead of warp_per_row's
-// 0.56-0.58 (seventh session; back to back 0.74-0.75 against 0.62-0.66); other
-// rows under 2048 elements leave most of a 256-thread block idle and pay
-// two barriers for little data (warp_per_row serves them); the scalar path
-// issues four or eight times the memory instructions with fewer threads
-// resident. The shipped table overrides these where it has the shape.
+// The heuristic's efficiencies. On the H200, per launch: float32 rows of
+// 2048 to 8192 at 0.89-0.98 of the copy peak, 16-bit ones at 0.73-0.90
+// (issue-bound), and 16-bit rows of 1024 (in 64-thread blocks) at 0.65,
+// ahead of warp_per_row's 0.56-0.58 (back to back 0.74-0.75 against
+// 0.62-0.66): `coalesce-bench kernels --ops=gelu_layer_norm
+// --dtypes=float32,bfloat16,float16`. Other rows under 2048 elements leave
+// most of a 256-thread block idle and pay two barriers for little data
+// (warp_per_row serves them); the scalar path issues four or eight times
+// the memory instructions with fewer threads resident. The shipped table
+// overrides these where it has the shape.
 constexpr int64_t kLongRow = 2048;
 constexpr int64_t kLongRow16BitVector = 1024;
 constexpr double kLongRowEfficiency = 0.85;
@@ -96,32 +97,34 @@ constexpr int ThreadsFor(int64_t capacity, int pack, bool vector) {
 // Pipelined instances (vector layout, blocks of at most 512 threads) are
 // persistent: each block takes rows blockIdx.x, + gridDim.x, ... and loads
 // the next row's x and residual, as raw packs, while it reduces, normalizes
-// and stores the current one. Without it (ncu, [8192,4096] bfloat16) the
-// kernel stalled on memory latency most of the time at 4 blocks per SM:
-// every block idled the memory system from its last load to its next row.
+// and stores the current one. Unpipelined, every block idles the memory
+// system from its last load to its next row (ncu, [8192,4096] bfloat16:
+// stalled on memory latency most of the time at 4 blocks per SM).
 // The prefetched row costs registers (8 per slot), so these instances ask
 // for fewer resident threads per SM than 1024: 512 for float32 (ptxas: 52
-// to 82 registers), 768 for 16-bit types (80 registers; left to 512 ptxas
-// took 111-113 and 2 or 4 fewer warps stayed resident, and the H200 ran
-// [8192,4096] float16 at 0.80 of the copy peak against 0.85 at 768,
-// bench/results/h200/ab-gelu/). 1024-thread blocks cannot spare the
-// registers, and float32 at 4 slots per thread spilled at 128.
+// to 82 registers), 768 for 16-bit types (80 registers; at 512 ptxas takes
+// 111-113 and 2 or 4 fewer warps stay resident: [8192,4096] float16 at
+// 0.80 of the copy peak on the H200 against 0.85 at 768, `coalesce-bench
+// kernels --ops=gelu_layer_norm --dtypes=float16 --shape=8192,4096
+// --variants=block_per_row`). 1024-thread blocks cannot spare the
+// registers, and float32 at 4 slots per thread spills at 128.
 // Being persistent, each block also stages bias, gamma and beta once, as
 // float32 in shared memory (gelu_ln::SharedParams; see StagesParams for
-// the exception), where every row read them through L1 and, in 16-bit
-// rows, converted them again: 16-bit rows of 1024, 2048 and 8192 ran 1-6%
-// faster on the H200, float32 the same within 1.5%
-// (bench/results/h200/session7/).
+// the exception), instead of every row reading them through L1 and, in
+// 16-bit rows, converting them again: 16-bit rows of 1024, 2048 and 8192
+// 1-6% faster on the H200, float32 the same within 1.5% (`coalesce-bench
+// kernels --ops=gelu_layer_norm --variants=block_per_row`).
 constexpr bool Pipelined(int threads, int vecs, bool vector) {
   return vector && threads <= 512 && vecs <= 2;
 }
 // Pipelined instances that stage bias, gamma and beta in shared memory
-// (above): all but the 16-bit rows of 4096 (256x2), where the H200 ran
-// staged float16 [8192,4096] at 0.81 of the copy peak against 0.87 read
-// through L1, and bfloat16 at 0.81 against 0.82, in one call
-// (bench/results/h200/session7/gelu-params-once-final/: builds final and
-// sel). Why that instance alone loses is not known: staged, it spills 8
-// bytes at its 80-register bound, but so do 64x2 and 128x2, which gain.
+// (above): all but the 16-bit rows of 4096 (256x2), which the H200 ran
+// slower staged: float16 [8192,4096] at 0.81 of the copy peak against 0.87
+// read through L1, bfloat16 0.81 against 0.82 (`coalesce-bench kernels
+// --ops=gelu_layer_norm --dtypes=float16,bfloat16 --shape=8192,4096
+// --variants=block_per_row`). Why that instance alone loses is not known:
+// staged, it spills 8 bytes at its 80-register bound, but so do 64x2 and
+// 128x2, which gain.
 constexpr bool StagesParams(int threads, int pack) {
   return !(pack == 8 && threads == 256);
 }
@@ -133,20 +136,18 @@ constexpr int MinThreadsPerSmPipelined(int pack) {
 // row's x and residual in flight to a shared-memory ring by cp.async
 // (gelu_ln::SmemPipelinedRows) instead of in registers: 56-64 registers,
 // so two blocks (32 warps) fit per SM where the register pipeline (106-120)
-// fit one, whose every barrier stalled the whole SM. Bias, gamma and beta
+// fits one, whose every barrier stalls the whole SM. Bias, gamma and beta
 // are staged once per block beside the ring as raw 16-bit packs
 // (gelu_ln::RawSharedParams, 48 KB: float32 would leave room for one block
-// per SM), not read through L1 each row: bfloat16 [4096,8192] 0.873 ->
-// 0.900 back to back, 0.838 -> 0.864 per launch
-// (session9/ring-params-staged/). The ring itself, in one call
-// (bench/results/h200/session9/ring-ab/, best of 2 rounds, back to back):
-// [4096,8192] bfloat16 0.814 -> 0.876 of the copy peak, float16 0.809 ->
-// 0.891, every other shape within 1%; a ring of 3 rows (96 KB) read 0.802
-// and 0.824. The ring on every 16-bit pipelined instance (64x2 to 256x2,
-// 1024 threads per SM at 64 registers) ran 5-17% slower on rows of 768 to
-// 4096 (session9/tried-ring-all-16bit/). The sixth to eighth sessions'
-// alternatives at this size, one barrier per row (0.806), 1024 threads x 1
-// slot (0.785) and two-block clusters (0.687), are in docs/PERFORMANCE.md.
+// per SM), not read through L1 each row. A ring of 2 rows: on the H200,
+// back to back, [4096,8192] bfloat16 at 0.900 of the copy peak (0.864 per
+// launch); with the params read through L1, 0.876 against 0.814 for the
+// register pipeline and 0.802 for a ring of 3 rows (96 KB)
+// (`coalesce-bench kernels --ops=gelu_layer_norm --dtypes=bfloat16
+// --shape=4096,8192 --variants=block_per_row`). The other 16-bit pipelined
+// instances (64x2 to 256x2, 1024 threads per SM at 64 registers) keep the
+// register pipeline: with the ring they ran 5-17% slower on rows of 768 to
+// 4096.
 constexpr int kRingDepth = 2;
 constexpr bool RingPipelined(int threads, int vecs, int pack, bool vector) {
   return vector && pack == 8 && threads == 512 && vecs == 2;

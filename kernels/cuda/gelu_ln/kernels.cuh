@@ -1,5 +1,5 @@
 // Device helpers shared by the gelu_layer_norm CUDA variants
-// (gelu_ln_unfused.cu, gelu_ln_warp_per_row.cu, gelu_ln_block_per_row.cu):
+// (gelu_ln/unfused.cu, warp_per_row.cu, block_per_row.cu):
 // element access per dtype (16-byte packs, 16-bit types unpacked to float32
 // in registers), the GELU formulas, warp and block sums, and the row routine
 // of the fused kernels. All arithmetic is float32 whatever the storage type.
@@ -81,7 +81,7 @@ inline bool Vectorizable(const Args& a, DType t) {
 // read through the read-only path (__ldg: every input is read-only for the
 // whole kernel) and written with __stwb, which keeps each store one 16-byte
 // st.global.v4 (ptxas split a plain uint4 store into four 4-byte stores in
-// transpose_vec16.cu).
+// transpose/vec16.cu).
 struct F32Io {
   using T = float;
   static constexpr int kPack = 4;
@@ -198,13 +198,13 @@ __device__ __forceinline__ float GeluTanh(float v) {
          (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
 }
 
-// The fused kernels' forms for 16-bit outputs, where a 16-bit row leaves
-// fewer instructions per element than erff and tanhf take (ncu on the H200:
-// 59 instructions per element at [8192,4096] bfloat16, issue-bound at 75%
-// of the issue slots and 0.53 of the copy peak) and where their last ulps
-// cannot survive rounding to 8 or 11 mantissa bits. Both are built on the
-// MUFU approximations (ex2, rcp: about 2^-22 relative) and stay float32
-// arithmetic:
+// The fused kernels' forms for 16-bit outputs, where a 16-bit row leaves fewer
+// instructions per element than erff and tanhf take (ncu on the H200 with erff:
+// 59 instructions per element at [8192,4096] bfloat16, issue-bound at 75% of
+// the issue slots and 0.53 of the copy peak; `scripts/gpu-check.sh OUT profile`
+// reads these counters) and where their last ulps cannot survive rounding to 8
+// or 11 mantissa bits. Both are built on the MUFU approximations (ex2, rcp:
+// about 2^-22 relative) and stay float32 arithmetic:
 // - erf: Phi(-|v|) = erfc(|v| / sqrt 2) / 2 by Abramowitz and Stegun 7.1.26,
 //   t = 1 / (1 + p x), erfc(x) = t P(t) exp(-x^2), absolute error under
 //   1.5e-7 for every x >= 0 (about 2e-7 with float32 rounding), and no
@@ -795,8 +795,9 @@ __device__ __forceinline__ bool PipelinedRow(const Args& a, int64_t& row,
 // Rows row, row + row_step, ... < a.rows, pipelined (see PipelinedRow),
 // bias, gamma and beta read through the params make_params() returns
 // (GlobalParams or SharedParams), made once the first row's loads are
-// issued: staging params before them put two memory latencies in a row,
-// 0.5 us more per launch where each block has one row ([128,768]).
+// issued: staging params before them puts two memory latencies in a row,
+// 0.5 us more per launch where each block has one row ([128,768]:
+// `coalesce-bench kernels --ops=gelu_layer_norm --shape=128,768`).
 template <typename Io, int kVecs, Rows kRows, bool kTanh, int kStride,
           typename Reducer, typename MakeParams>
 __device__ __forceinline__ void PipelinedRows(const Args& a, int64_t row,

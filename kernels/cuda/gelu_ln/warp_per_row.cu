@@ -23,8 +23,8 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/gelu_ln/kernels.cuh"
+#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
 #include "kernels/cuda/variants.h"
 
@@ -41,14 +41,15 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = 32 * kWarpsPerBlock;
 // The heuristic's efficiencies: the fraction of the copy roofline a
 // one-pass, register-resident row reaches, less for the scalar path (four
-// or eight times the memory instructions). Measured on the H200
-// (docs/PERFORMANCE.md, GELU-LayerNorm, per launch): 0.68-0.79 in float32
-// and, pipelined, 0.49-0.68 in 16-bit types for 8192-16384 rows of 768 and
-// 1024.
+// or eight times the memory instructions). On the H200, per launch:
+// 0.68-0.79 in float32 and, pipelined, 0.49-0.68 in 16-bit types for
+// 8192-16384 rows of 768 and 1024 (`coalesce-bench kernels
+// --ops=gelu_layer_norm --dtypes=float32,bfloat16,float16
+// --variants=warp_per_row`).
 constexpr double kVectorEfficiency = 0.8;
 constexpr double kScalarEfficiency = 0.6;
 // With fewer rows than kRowsPerSm per SM and rows of kFewRowsMinHidden or
-// more, the H200 sweep (bench/results/h200/selection-sweep: 12x517,
+// more, the H200 selection sweep (`scripts/gpu-check.sh OUT tune`: 12x517,
 // 64x1024, 109x932, 192x731) ran block_per_row 1.5-1.6x faster: a warp then
 // works through 8x the elements a block's thread does, and there are too
 // few warps to hide it. Rows of a few dozen elements stay faster here
@@ -61,12 +62,12 @@ constexpr double kFewRowsFactor = 0.5;
 // up to 1024, float32 up to 512) are persistent: each warp takes rows w,
 // w + warps in the grid, ... and loads the next row's x and residual, as
 // raw packs, while it reduces, normalizes and stores the current one.
-// Without it, 16-bit rows of 768 and 1024 ran at 0.51-0.54 of the copy peak
-// with 20 warps per SM: each warp sat on one row's memory latency, then on
-// its ~900 instructions, with nothing in flight between rows. The prefetch
-// costs 8 registers per slot. (No minimum-blocks bound: an explicit one,
-// even 1, made ptxas take up to half again the registers everywhere, and a
-// 128-register cap spilled the 4-slot instances.)
+// Unpipelined, 16-bit rows of 768 and 1024 run at 0.51-0.54 of the copy
+// peak with 20 warps per SM: each warp sits on one row's memory latency,
+// then on its ~900 instructions, with nothing in flight between rows. The
+// prefetch costs 8 registers per slot. (No minimum-blocks bound: an
+// explicit one, even 1, makes ptxas take up to half again the registers
+// everywhere, and a 128-register cap spills the 4-slot instances.)
 constexpr bool Pipelined(int vecs, bool vector) { return vector && vecs <= 4; }
 
 template <typename Io, int kVecs, gelu_ln::Rows kRows, bool kTanh>
@@ -78,10 +79,11 @@ __global__ void __launch_bounds__(kThreads) GeluLnWarpKernel(Args a) {
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   // Loop bounds are uniform per warp, as the shuffles require.
   if constexpr (Pipelined(kVecs, kVector)) {
-    // Params are pointers only, made before the first row's loads: the
-    // order the H200 measured (bfloat16 [16384,768] 0.774 of the copy peak
-    // against 0.762 before params; made after the loads, 0.743-0.747,
-    // bench/results/h200/session7/).
+    // Params are pointers only, made before the first row's loads:
+    // bfloat16 [16384,768] at 0.774 of the copy peak on the H200, against
+    // 0.743-0.747 made after the loads (`coalesce-bench kernels
+    // --ops=gelu_layer_norm --dtypes=bfloat16 --shape=16384,768
+    // --variants=warp_per_row`).
     gelu_ln::PipelinedRows<Io, kVecs, kRows, kTanh, 32>(
         a, first, stride, lane, gelu_ln::WarpReducer{a.inv_hidden},
         [params = gelu_ln::GlobalParams<Io, kRows, 32>::Of(a, lane)] {

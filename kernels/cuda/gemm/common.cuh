@@ -1,4 +1,4 @@
-// Device-side pieces shared by the CUDA GEMM kernels (gemm_*.cu): the
+// Device-side pieces shared by the CUDA GEMM kernels (gemm/*.cu): the
 // kernel parameter block, element access to op(A) and op(B), float32
 // conversions of the three dtypes, the alpha/beta epilogue, the tile
 // raster, and the dtype dispatch of the launchers. Internal to kernels/cuda.
@@ -21,9 +21,9 @@
 #include "absl/status/status.h"
 #include "kernels/core/problem.h"
 #include "kernels/core/variant.h"
+#include "kernels/cuda/gemm/common.h"
 #include "kernels/cuda/runtime/async_copy.cuh"
 #include "kernels/cuda/runtime/cuda_check.h"
-#include "kernels/cuda/gemm/common.h"
 #include "kernels/cuda/runtime/launch.h"
 
 namespace coalesce::cuda {

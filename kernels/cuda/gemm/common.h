@@ -1,9 +1,9 @@
-// Host-side pieces shared by the CUDA GEMM variants (gemm_*.cu,
-// gemm_cublaslt.cc): the hard constraints every variant checks, the vector
+// Host-side pieces shared by the CUDA GEMM variants (gemm/*.cu,
+// gemm/cublaslt.cc): the hard constraints every variant checks, the vector
 // layout test of the 16-byte load paths, efficiency leads rescaled to the
 // peak that KernelVariant::EstimateSeconds divides by, and the cost model
 // of the SIMT kernels' estimates (SimtGemmSeconds). No CUDA headers, so that
-// gemm_cublaslt.cc stays plain C++. Pure functions; thread-safe.
+// gemm/cublaslt.cc stays plain C++. Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -65,19 +65,20 @@ double SimtEfficiency(const GemmProblem& p, const DeviceInfo& dev,
 double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak);
 
 // Whether the sweep that calibrated the GEMM estimates found a problem's
-// operands in HBM rather than in L2: when its minimum bytes exceed 1% of
-// the L2. Selector::Measure times a shape over up to 64 rotating buffer
-// sets, and naive's K step on the H200 (bench/results/h200/selection-sweep,
-// seed 7) took 35-40 ns up to sets of 505 KB (64x64x955) and 63-90 ns from
-// 596 KB (128x107x576, 4x151x1024, 64x512x359): about 0.6 MB, 1% of the
-// 60 MB L2. (A request whose operands were just written may still find
-// larger ones in L2, and run faster than estimated.)
+// operands in HBM rather than in L2: when its minimum bytes exceed 1% of the
+// L2. Selector::Measure times a shape over up to 64 rotating buffer sets, and
+// naive's K step on the H200 (the selection sweep's seed-7 shapes,
+// `scripts/gpu-check.sh OUT tune`) took 35-40 ns up to sets of 505 KB
+// (64x64x955) and 63-90 ns from 596 KB (128x107x576, 4x151x1024, 64x512x359):
+// about 0.6 MB, 1% of the 60 MB L2. (A request whose operands were just written
+// may still find larger ones in L2, and run faster than estimated.)
 bool GemmOperandsFromHbm(const GemmProblem& p, const DeviceInfo& dev);
 
 // The cost model of one of our SIMT GEMM kernels (SimtGemmSeconds): how
 // its grid and K loop are shaped, and what each part costs. The constants
-// are fitted to the H200 selection sweep (bench/gemm_selection_fit.py
-// --fit: relative least squares over the 190 seed-7 shapes measured).
+// are fitted to the H200 selection sweep (`scripts/gpu-check.sh OUT tune`,
+// then bench/gemm_selection_fit.py --fit: relative least squares over the
+// 190 seed-7 shapes measured).
 struct SimtGemmCost {
   int tile_m, tile_n;  // the output tile of one block
   // The granularity of the outputs computed: a tile, or a warp's share of

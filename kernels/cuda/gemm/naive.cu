@@ -1,11 +1,11 @@
-// gemm.cuda.naive: the seeds' first GEMM, kept as the baseline. One thread
-// per output element walks k, reading op(A)'s row and op(B)'s column
-// straight from global memory (no reuse beyond what L1/L2 give), float32
-// accumulation. Any shape, transpose, batch and dtype.
+// gemm.cuda.naive: the reference GEMM, the baseline the others are measured
+// against. One thread per output element walks k, reading op(A)'s row and
+// op(B)'s column straight from global memory (no reuse beyond what L1/L2
+// give), float32 accumulation. Any shape, transpose, batch and dtype.
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/gemm/common.cuh"
+#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
 #include "kernels/cuda/variants.h"
 
@@ -24,8 +24,9 @@ constexpr SimtGemmCost kCost = {
     2, kTile,
     1,  // one K element (two loads, one FMA) per step
     // 0.10 of the fp32 peak (66.9 TFLOP/s) once many blocks share the SMs
-    // (with block_seconds: 4352x3008x64 in 330 us; 4096^3 ran at 0.082 in
-    // bench/results/h200/gemm-4096.txt).
+    // (with block_seconds: 4352x3008x64 in 330 us); 4096^3 at 0.082:
+    // `coalesce-bench kernels --ops=gemm --dtypes=float32
+    // --shape=1,4096,4096,4096 --variants=naive`.
     0.10,
     // Tiny GEMMs (64x64x1, 320x64x1, 30x1x8): 3.5-3.7 us.
     0.55e-6,
@@ -59,8 +60,8 @@ __global__ void __launch_bounds__(kTile* kTile)
 struct Traits {
   static constexpr const char* kName = ::coalesce::cuda::kName;
   static constexpr const char* kDescription =
-      "one thread per output, operands read from global memory, "
-      "float32 accumulation (the seeds' baseline)";
+      "reference: one thread per output, operands read from global memory, "
+      "float32 accumulation";
   static constexpr int kTile = ::coalesce::cuda::kTile;
   static constexpr int kBlockRows = kTile;
   static constexpr SimtGemmCost kCost = ::coalesce::cuda::kCost;

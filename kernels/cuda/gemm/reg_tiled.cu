@@ -32,23 +32,20 @@
 //
 // Register use (nvcc 13.0, sm_90, -Xptxas -v): 122-128 registers across the
 // 8 instantiations, no spills, 33792 bytes of static shared memory, so
-// __launch_bounds__(256, 2) holds two blocks (16 warps) per SM. (An
-// in-kernel batch loop and a loader that kept sizes in registers spilled
-// 100-350 bytes under the same cap; so did this loop with its last
-// iteration's loads left unguarded, 4-96 bytes.)
+// __launch_bounds__(256, 2) holds two blocks (16 warps) per SM. Batch
+// entries come from blockIdx.z and sizes are re-read from the parameters
+// (TileLoader), and the last iteration's loads stay guarded: each of these
+// keeps the kernel under that cap without spilling.
 //
-// On the H200, side by side with the previous version (k-tile 8,
-// register-staged loads, 16x16 threads over the tile) and cuBLASLt in one
-// call (bench/results/h200/ab-gemm/): 2772 us at 4096^3 (49.6 TFLOP/s,
-// 0.97 of cuBLASLt; was 3395 us, 0.79) and 22167 us at 8192^3 (0.97; was
-// 0.81). Without the cp.async path (every operand through registers) it
-// ran 2965 and 23308 us.
+// On the H200: 2772 us at 4096^3 (49.6 TFLOP/s, 0.97 of cuBLASLt) and
+// 22167 us at 8192^3 (0.97): `coalesce-bench kernels --ops=gemm
+// --dtypes=float32 --shape=1,4096,4096,4096 --variants=reg_tiled,cublaslt`.
 #include <cuda_runtime.h>
 
 #include <type_traits>
 
-#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/gemm/common.cuh"
+#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
 #include "kernels/cuda/variants.h"
 
@@ -63,16 +60,16 @@ constexpr int kLoadK = 8;  // k per global load round (two per tile)
 constexpr int kThreads = 256;
 constexpr int kPad = 4;
 // The cost model (SimtGemmSeconds), fitted to the H200 selection sweep's
-// seed-7 shapes (bench/gemm_selection_fit.py --fit) with the previous
-// version of this kernel (k-tile 8, register-staged loads), which this one
-// outruns (0.79 -> 0.97 of cuBLAS at 4096^3): the estimates are
-// pessimistic for reg_tiled until the sweep is re-run and refitted, and
+// seed-7 shapes (bench/gemm_selection_fit.py --fit) with a k-tile-8,
+// register-staged form of this kernel, 0.79 of cuBLASLt at 4096^3 against
+// this one's 0.97: the estimates are pessimistic for reg_tiled until the
+// sweep is re-run (`scripts/gpu-check.sh OUT tune`) and refitted, and
 // k_step stays the fitted 8.
 constexpr SimtGemmCost kCost = {
     kBM, kBN, kBM, kBN,
     8,  // the fitted K step (step_seconds is per 8 k)
-    // 40.5 TFLOP/s of the fp32 peak's 66.9 at 4096^3 on the H200
-    // (bench/results/h200/gemm-4096.txt).
+    // 40.5 TFLOP/s of the fp32 peak's 66.9 at 4096^3 on the H200 with the
+    // fitted form of the kernel (above).
     0.6,
     // A few KFLOP: 4.6-6.3 us, 1.5-2 us above naive.
     1.6e-6,

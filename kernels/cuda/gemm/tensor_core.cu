@@ -5,16 +5,15 @@
 // - Block tile 128x256, 8 warps as 2x4, each warp a 64x64 sub-tile: 4x8
 //   mma tiles of 16x8, 128 accumulator registers per thread (CUTLASS's
 //   sm80 recipe). Per k step a warp issues 8 fragment loads (4 for A, 4 for
-//   B) for 32 mma; the previous tiling (128x128, 8 warps of 64x32) issued 6
-//   for 16, and at 2 blocks per SM its 128-register cap spilled.
-//   128x256 rather than 128x128 with 4 warps at 2 blocks per SM: a 128x128
-//   tile moves 1/64 byte from L2 per flop, which at the previous kernel's
-//   330 TFLOP/s is already about 5 TB/s; 128x256 moves 3/256 (25% less).
-//   One block per SM, __launch_bounds__(256, 1): up to 255 registers.
+//   B) for 32 mma; a 128x128 tile of 8 warps of 64x32 issues 6 for 16, and
+//   at 2 blocks per SM its 128-register cap spills. 128x256 rather than
+//   128x128 with 4 warps at 2 blocks per SM: a 128x128 tile moves 1/64 byte
+//   from L2 per flop, about 5 TB/s at 330 TFLOP/s; 128x256 moves 3/256
+//   (25% less). One block per SM, __launch_bounds__(256, 1): up to 255
+//   registers.
 // - A k-tile is 128 bytes of k per row (64 16-bit elements or 32 floats),
-//   4 mma k steps: with 64 bytes (and 4 stages) the previous tiling ran
-//   292-300 TFLOP/s at 4096^3, with 128 it ran 327-332
-//   (bench/results/h200/gemm-tensor-core-k128.json).
+//   4 mma k steps: on the 128x128 tile, 64 bytes (and 4 stages) ran
+//   292-300 TFLOP/s at 4096^3 on the H200 and 128 bytes 327-332.
 //   Operands are copied to shared memory verbatim, 16 bytes per cp.async,
 //   in their stored orientation, and the fragment loads absorb transposes:
 //   ldmatrix for k-contiguous tiles, ldmatrix.trans for 16-bit
@@ -42,15 +41,15 @@
 // 16-bit instantiations, 244-255 for TF32 (its cvt.rna conversions and the
 // float32 mn-contiguous loads' addresses), no spills; 147-162 KB of dynamic
 // shared memory (3 stages), so one block per SM (an A100's 163 KB still
-// holds it).
-// (A WMMA version of the old tiling needed 240-255 registers and spilled:
-// WMMA's 16-bit fragments hold twice the registers mma.sync's do.)
-// On the H200, side by side with the previous tiling and cuBLASLt in one
-// call (bench/results/h200/ab-gemm/): 309 / 314 us at 4096^3 bfloat16 /
-// float16 (444 / 438 TFLOP/s, 0.55 / 0.56 of cuBLASLt; the previous tiling
-// 412 / 417 us) and 0.59-0.61 of cuBLASLt at 8192^3. Smaller problems lose
-// from the larger tile: 1000^3 25.8 us against 22.6, and skinny problems
-// get half the blocks.
+// holds it). mma.sync rather than WMMA: WMMA's 16-bit fragments hold twice
+// the registers, and a WMMA 128x128 tiling needed 240-255 and spilled.
+// On the H200: 309 / 314 us at 4096^3 bfloat16 / float16 (444 / 438
+// TFLOP/s, 0.55 / 0.56 of cuBLASLt; 412 / 417 us on the 128x128 tile) and
+// 0.59-0.61 of cuBLASLt at 8192^3: `coalesce-bench kernels --ops=gemm
+// --dtypes=bfloat16,float16 --shape=1,4096,4096,4096
+// --variants=tensor_core,cublaslt`. Smaller problems lose from the larger
+// tile (1000^3: 25.8 us against 22.6 on 128x128), and skinny problems get
+// half the blocks.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -58,8 +57,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/gemm/common.cuh"
+#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
 #include "kernels/cuda/variants.h"
 
@@ -84,8 +83,8 @@ constexpr int kChunk = 16;    // bytes per cp.async
 // the H200.
 constexpr int kCopySteps = 2;
 // A fraction of the 16-bit tensor peak (1070 TFLOP/s at 1980 MHz): 444 and
-// 438 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16
-// (bench/results/h200/ab-gemm/).
+// 438 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16 (the command
+// in the file comment).
 constexpr double kEfficiency = 0.41;
 
 // Shared-memory geometry of one stage, in elements of T.

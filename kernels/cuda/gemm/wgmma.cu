@@ -2,9 +2,9 @@
 // cp.async.bulk.tensor) streams 128x64 tiles of A and 64x256 tiles of B
 // into a 4-stage shared-memory ring; warpgroup MMAs (wgmma.mma_async,
 // sm_90a) read them straight from shared memory; accumulation in float32
-// registers. 128x256 output tiles: at 128x128 each wgmma read as many
-// shared-memory bytes per FLOP as B's extra width saves here, and the
-// kernel ran at 0.70-0.76 of cuBLASLt (bench/results/h200/gemm-8192.md).
+// registers. 128x256 output tiles: at 128x128 each wgmma reads the
+// shared-memory bytes per FLOP that B's extra width saves here, and the
+// kernel ran at 0.70-0.76 of cuBLASLt on the H200.
 //
 // - Block: 3 warpgroups (384 threads). Warpgroup 0 is the producer: one
 //   thread waits for a free stage, arms the stage's "full" mbarrier with
@@ -33,16 +33,16 @@
 // - Batches: one tensor map per operand with the batch as third dimension
 //   (extent 1 for a broadcast operand); blockIdx.z is the batch entry.
 //
-// What is not verified here (no GPU, no cuobjdump on the build machine):
-// that the SASS shows HGMMA, the descriptor fields of the MN-major
-// (transposed) layouts, and the results; the conformance test on the H200
-// is the check. Register use (nvcc 13.0, sm_90a, -Xptxas -v): 156
-// registers in all 8 instantiations (the bound is 168 at 384 threads), no
-// spills, no wgmma serialization warning; 197696 bytes of dynamic shared
-// memory, one block per SM.
+// The conformance suite on the H200 checks the results, and with them the
+// descriptor fields of the MN-major (transposed) layouts (`scripts/gpu-check.sh
+// OUT tests`); `scripts/gpu-check.sh OUT sass` counts the HGMMA instructions.
+// Register use (nvcc 13.0, sm_90a, -Xptxas -v): 156 registers in all 8
+// instantiations (the bound is 168 at 384 threads), no spills, no wgmma
+// serialization warning; 197696 bytes of dynamic shared memory, one block per
+// SM.
 //
-// This file is compiled for sm_90a only (kernels/cuda/CMakeLists.txt): a
-// plain sm_90 pass would reject wgmma.
+// This file is compiled for sm_90a only (kernels/cuda/gemm/CMakeLists.txt):
+// a plain sm_90 pass would reject wgmma.
 #include <cuda.h>  // CUtensorMap and its enums only: no -lcuda
 #include <cuda_runtime.h>
 
@@ -51,14 +51,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/gemm/common.cuh"
+#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
 #include "kernels/cuda/runtime/tensor_map.h"
 #include "kernels/cuda/variants.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "gemm_wgmma.cu needs sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
+#error "gemm/wgmma.cu needs sm_90a (-gencode=arch=compute_90a,code=sm_90a)"
 #endif
 
 namespace coalesce::cuda {
@@ -90,8 +90,9 @@ constexpr int kSmemBytes =
 static_assert(kBM == 2 * kBoxInner && kBN % kBoxInner == 0,
               "tiles are whole 64-wide boxes");
 // A fraction of the 16-bit tensor peak (1070 TFLOP/s at 1980 MHz): 717 and
-// 692 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16
-// (bench/results/h200/gemm-wgmma-128x256/4096.md).
+// 692 TFLOP/s at 4096^3 on the H200 in bfloat16 and float16:
+// `coalesce-bench kernels --ops=gemm --dtypes=bfloat16,float16
+// --shape=1,4096,4096,4096 --variants=wgmma`.
 constexpr double kEfficiency = 0.65;
 
 // Shared-memory matrix descriptor: start address, leading and stride byte

@@ -404,9 +404,11 @@ absl::StatusOr<std::unique_ptr<CuptiSampler>> CuptiSampler::Create(int device) {
 
   // Enabled once for good: on the H200 the first range after enabling
   // takes about 200 ms to start and disabling about 25 ms, against about
-  // 3 ms of set-up per range on an enabled profiler. Outside a range it
-  // collects nothing (unsampled requests took no longer with it enabled;
-  // its effect on a single kernel's time is not measured yet).
+  // 3 ms of set-up per range on an enabled profiler (profile_sampling_gpu_test
+  // prints a sampled and an unsampled request's time: `scripts/gpu-check.sh
+  // OUT tests`). Outside a range it collects nothing (unsampled requests
+  // take no longer with it enabled; its effect on a single kernel's time is
+  // not measured).
   CUpti_RangeProfiler_Enable_Params enable = {
       CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
   enable.ctx = ctx;
@@ -572,8 +574,8 @@ absl::StatusOr<RangeCounters> CuptiSampler::Evaluate(int expected_kernels) {
     weighted_occupancy += values[0] / 100.0 * seconds;
   }
   if (!(c.gpu_seconds > 0)) {
-    return absl::InternalError(absl::StrCat(
-        "the profiler read no device time for ", ranges, " kernels"));
+    return absl::InternalError(
+        absl::StrCat("the profiler read no GPU time for ", ranges, " kernels"));
   }
   c.achieved_occupancy =
       std::clamp(weighted_occupancy / c.gpu_seconds, 0.0, 1.0);

@@ -1,24 +1,24 @@
 // Device-sampled counters of a request's kernels, read in-process with the
 // CUPTI range profiler (the counters Nsight Compute reads): achieved
-// occupancy, DRAM bytes and device time of every kernel launched inside a
+// occupancy, DRAM bytes and GPU time of every kernel launched inside a
 // sampled range. The CUDA backend brackets the variant's Run of every Nth
 // Execute with one (Backend::EnableProfileSampling).
 //
-// Mode: auto range with kernel replay, the mode checked in-process on the
-// H200 (shared/gpu/README.md, "Counters from inside the process"): each
-// kernel launched while a range is open is its own profiler range, CUPTI
-// serializes the context's kernels meanwhile and replays a kernel itself
-// should the metrics need more than one pass. The profiler is enabled on
-// the context once, by Create, and profiles only inside a range; a sampled
-// range then costs its request about 20 ms on the H200 (3 ms of set-up,
-// the rest the profiled launch), against 245 ms when enabling and disabling
-// it around every range. A process that samples cannot also be profiled by
-// Nsight Compute.
+// Mode: auto range with kernel replay, checked in-process on the H200 by
+// profile_sampling_gpu_test (`scripts/gpu-check.sh OUT tests`): each kernel
+// launched while a range is open is its own profiler range, CUPTI serializes
+// the context's kernels meanwhile and replays a kernel itself should the
+// metrics need more than one pass. The profiler is enabled on the context once,
+// by Create, and profiles only inside a range; a sampled range then costs its
+// request about 20 ms on the H200 (3 ms of set-up, the rest the profiled
+// launch; the test prints it), against 245 ms when enabling and disabling it
+// around every range. A process that samples cannot also be profiled by Nsight
+// Compute.
 //
-// CUPTI is loaded with dlopen on first use, like cuBLASLt (cublaslt_api.h):
-// a machine or image without it (NVIDIA's CUDA base images have none) still
-// serves, and Create says why it cannot sample. Built without the CUPTI
-// headers, Create answers UNIMPLEMENTED.
+// CUPTI is loaded with dlopen on first use, like cuBLASLt
+// (gemm/cublaslt_api.h): a machine or image without it (NVIDIA's CUDA base
+// images have none) still serves, and Create says why it cannot sample. Built
+// without the CUPTI headers, Create answers UNIMPLEMENTED.
 //
 // Thread-safety: LaunchPicker is lock-free. CuptiSampler is thread-safe;
 // profiling is per context, so it opens one range at a time and TrySample
@@ -73,7 +73,7 @@ struct RangeCounters {
   double gpu_seconds = 0;  // sum of gpu__time_duration.sum
   double dram_bytes = 0;   // sum of dram__bytes.sum (read + write)
   // 0..1: sm__warps_active.avg.pct_of_peak_sustained_active / 100, each
-  // kernel's weighted by its device time.
+  // kernel's weighted by its GPU time.
   double achieved_occupancy = 0;
   double DramBytesPerSecond() const {
     return gpu_seconds > 0 ? dram_bytes / gpu_seconds : 0;

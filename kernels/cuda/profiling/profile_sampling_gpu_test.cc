@@ -105,8 +105,8 @@ TEST_F(ProfileSamplingTest, ReadsPlausibleCountersOfATranspose) {
   const double achieved = moved / run.kernel_seconds;
   std::printf(
       "smem_padded 8192^2 float32: achieved occupancy %.3f (theoretical "
-      "%.3f), DRAM %.3g B/s, bytes moved over device time %.3g B/s, device "
-      "time %.3g s\n",
+      "%.3f), DRAM %.3g B/s, bytes moved over GPU time %.3g B/s, GPU time "
+      "%.3g s\n",
       run.achieved_occupancy, run.launch.theoretical_occupancy,
       run.dram_bytes_per_second, achieved, run.kernel_seconds);
   EXPECT_GT(run.achieved_occupancy, 0.05);
@@ -176,8 +176,8 @@ TEST_F(ProfileSamplingTest, PicksEveryNthLaunch) {
   }
   EXPECT_EQ(sampled, 2);
   // What sampling costs a request (staging copies included), and the
-  // kernel time of both: device time when sampled, events when not (an
-  // enabled profiler outside a range must not slow the kernel).
+  // kernel time of both: the profiler's GPU time when sampled, events when
+  // not (an enabled profiler outside a range must not slow the kernel).
   std::printf(
       "Execute of a 8192^2 float32 transpose: %.2f ms sampled, %.2f ms "
       "unsampled; kernel %.1f us sampled (device), %.1f us unsampled "

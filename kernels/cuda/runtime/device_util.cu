@@ -199,8 +199,9 @@ constexpr CopyConfig HalfSmCopy() {
 
 // None is best everywhere, so the ceiling is the best of them. Configs 4 to 6
 // are the fastest back to back of 1002 copy shapes swept at 3.2, 6.4, 12.8
-// and 25.7 MB each way on the H200 (bench/results/h200/session16/), where
-// configs 0 to 3 reached 0.02-0.08 of the peak less.
+// and 25.7 MB each way on the H200, where configs 0 to 3 reached 0.02-0.08
+// of the peak less; each config's time per size: `coalesce-kernel-gap
+// --json=gap.json` (config_us).
 constexpr CopyConfig kCopies[kCopyConfigs] = {
     // 8 blocks per SM: more than are resident at once (6, at the 34
     // registers a thread this kernel takes), so every SM stays full.
@@ -211,9 +212,9 @@ constexpr CopyConfig kCopies[kCopyConfigs] = {
     MakeCopy<4, false, true, 4, false>(256, 8),
     // Half of every SM's threads, so that blocks of the next copy are
     // resident beside this one's and prefetch while it runs (2 of its 4 at
-    // 40 registers a thread; capped at 32, so that all 4 fit, it was no
-    // faster: bench/results/h200/session15/). 16 vectors per thread
-    // prefetched: all of a copy of up to 34 MB on the H200.
+    // 40 registers a thread; a cap of 32, which fits all 4, is no faster).
+    // 16 vectors per thread prefetched: all of a copy of up to 34 MB on the
+    // H200.
     HalfSmCopy(),
     // 1024-thread blocks, 2 vectors each, all prefetched, streaming stores:
     // the best at 6.4 MB each way (0.815 of the peak; config 2 0.739).
@@ -325,8 +326,9 @@ absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes, int reps,
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
   // The clocks ramp up from idle over tens of milliseconds: warm up for
-  // about 200 ms of copying before timing, or the peak reads low (seen on
-  // the H200: 3.77 TB/s after two warm-up copies, 4.1+ after this).
+  // about 200 ms of copying before timing, or the peak reads low (H200:
+  // 3.77 TB/s after two warm-up copies, 4.1+ after this; the peak
+  // `coalesce-kernel-gap` prints).
   COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
   for (int i = 0; i < 8; ++i) {
     COALESCE_RETURN_IF_ERROR(LaunchCopy(0, a, b, bytes, stream));

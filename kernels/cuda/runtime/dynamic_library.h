@@ -1,7 +1,8 @@
 // Loading an optional NVIDIA library at run time (dlopen), so that the
 // server runs, and says why a feature is off, on machines and images that
-// lack it: cuBLASLt (cublaslt_api.cc) and CUPTI (cupti_sampler.cc).
-// Stateless; thread-safe (dlopen and dlsym are).
+// lack it: cuBLASLt (gemm/cublaslt_api.cc) and CUPTI
+// (profiling/cupti_sampler.cc). Stateless; thread-safe (dlopen and dlsym
+// are).
 #pragma once
 
 #include <string>

@@ -44,9 +44,9 @@ int64_t PersistentGrid(Kernel* func, int threads, size_t smem_bytes,
 // current device. Past 48 KB per block, static and dynamic together, a
 // launch needs the opt-in attribute, which is per device; it is set once
 // per (function, device) and raised only when a launch asks for more than
-// was set before, where the variants called the driver on every launch.
-// (Skipping it up to 48 KB of dynamic memory alone failed on the H200:
-// 48 KB plus 64 static bytes is past the default.)
+// was set before, instead of a driver call on every launch. (Static bytes
+// count too: on the H200, 48 KB of dynamic memory plus 64 static bytes is
+// past the default.)
 absl::Status AllowDynamicSharedMemory(const void* func, size_t smem_bytes);
 
 template <typename Kernel>
