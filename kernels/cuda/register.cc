@@ -5,20 +5,18 @@
 namespace coalesce {
 
 void RegisterCudaVariants(VariantRegistry& r) {
-  using cuda::PermuteKernel;
-  using cuda::TransposeKernel;
-  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kNaive));
-  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kSmemTiled));
-  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kSmemPadded));
-  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kVec16));
-  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kVec16Wide));
-  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kTma));
-  r.Add(cuda::MakeTransposeVariant(TransposeKernel::kSmallDim));
-  r.Add(cuda::MakePermuteVariant(PermuteKernel::kNaive));
-  r.Add(cuda::MakePermuteVariant(PermuteKernel::kTiled));
-  r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kVec16));
-  r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kSmallDim));
-  r.Add(cuda::MakeLayoutTransposeVariant(TransposeKernel::kTma));
+  r.Add(cuda::MakeTransposeNaiveVariant());
+  r.Add(cuda::MakeTransposeSmemTiledVariant());
+  r.Add(cuda::MakeTransposeSmemPaddedVariant());
+  r.Add(cuda::MakeTransposeVec16Variant());
+  r.Add(cuda::MakeTransposeVec16WideVariant());
+  r.Add(cuda::MakeTransposeTmaVariant());
+  r.Add(cuda::MakeTransposeSmallDimVariant());
+  r.Add(cuda::MakeLayoutNaiveVariant());
+  r.Add(cuda::MakeLayoutTiledVariant());
+  r.Add(cuda::MakeLayoutVec16Variant());
+  r.Add(cuda::MakeLayoutSmallDimVariant());
+  r.Add(cuda::MakeLayoutTmaVariant());
   r.Add(cuda::MakeGemmNaiveVariant());
   r.Add(cuda::MakeGemmSmemTiledVariant());
   r.Add(cuda::MakeGemmRegTiledVariant());

@@ -4,19 +4,28 @@
 #include <memory>
 
 #include "kernels/core/variant.h"
-#include "kernels/cuda/transpose/kernels.h"
 
 namespace coalesce::cuda {
 
-// transpose.cuda.{naive,smem_tiled,smem_padded,vec16,vec16_wide,tma,
-// small_dim}
-std::unique_ptr<KernelVariant> MakeTransposeVariant(TransposeKernel k);
+// transpose.cuda.*: batched 2-D transposes, one file each
+// (transpose/<variant>_variant.cc, the kernels in transpose/*.cu).
+std::unique_ptr<KernelVariant> MakeTransposeNaiveVariant();
+std::unique_ptr<KernelVariant> MakeTransposeSmemTiledVariant();
+std::unique_ptr<KernelVariant> MakeTransposeSmemPaddedVariant();
+std::unique_ptr<KernelVariant> MakeTransposeVec16Variant();
+std::unique_ptr<KernelVariant> MakeTransposeVec16WideVariant();
+std::unique_ptr<KernelVariant> MakeTransposeTmaVariant();
+std::unique_ptr<KernelVariant> MakeTransposeSmallDimVariant();
 
-// convert_layout.cuda.{naive,tiled}: any permutation.
-std::unique_ptr<KernelVariant> MakePermuteVariant(PermuteKernel k);
-// convert_layout.cuda.{vec16,small_dim,tma}: permutations that collapse to a
-// batched 2-D transpose, run by the transpose kernel k.
-std::unique_ptr<KernelVariant> MakeLayoutTransposeVariant(TransposeKernel k);
+// convert_layout.cuda.*, one file each (layout/<variant>_variant.cc).
+// naive, tiled: any permutation.
+std::unique_ptr<KernelVariant> MakeLayoutNaiveVariant();
+std::unique_ptr<KernelVariant> MakeLayoutTiledVariant();
+// vec16, small_dim, tma: permutations that collapse to a batched 2-D
+// transpose, run by the transpose kernel of the same name.
+std::unique_ptr<KernelVariant> MakeLayoutVec16Variant();
+std::unique_ptr<KernelVariant> MakeLayoutSmallDimVariant();
+std::unique_ptr<KernelVariant> MakeLayoutTmaVariant();
 
 // gemm.cuda.*: batched D = alpha * op(A) * op(B) + beta * C, one file each
 // (gemm_<variant>.cu, gemm_cublaslt.cc); CanImplement states each one's

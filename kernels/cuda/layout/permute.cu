@@ -10,9 +10,9 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/layout/permute.h"
 #include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
-#include "kernels/cuda/transpose/internal.h"
 
 namespace coalesce::cuda {
 namespace {
@@ -140,83 +140,132 @@ unsigned GridFor(int64_t items) {
 }
 
 template <typename T>
-absl::Status LaunchPermuteTyped(PermuteKernel kind,
-                                const CollapsedPermutation& c, const void* in_v,
-                                void* out_v, ExecContext& ctx) {
+absl::Status LaunchNaiveTyped(const CollapsedPermutation& c, const void* in,
+                              void* out, ExecContext& ctx) {
+  const int64_t total = NumElements(c.in_shape);
+  const dim3 grid(GridFor(std::min<int64_t>(CeilDiv(total, 256), 1 << 20)));
+  PermuteNaiveKernel<T><<<grid, 256, 0, StreamOf(ctx)>>>(
+      static_cast<const T*>(in), static_cast<T*>(out), MakePermParams(c),
+      total);
+  RecordLaunch(PermuteNaiveKernel<T>, grid, dim3(256), 0, ctx);
+  COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+// The innermost dim stays: runs of it copied whole.
+template <typename T>
+void LaunchRunCopy(const CollapsedPermutation& c, const void* in_v, void* out_v,
+                   ExecContext& ctx) {
   const T* in = static_cast<const T*>(in_v);
   T* out = static_cast<T*>(out_v);
   cudaStream_t stream = StreamOf(ctx);
   const PermParams pp = MakePermParams(c);
   const int k = pp.rank;
   const int64_t total = NumElements(c.in_shape);
-  if (kind == PermuteKernel::kNaive) {
-    const dim3 grid(GridFor(std::min<int64_t>(CeilDiv(total, 256), 1 << 20)));
-    PermuteNaiveKernel<T><<<grid, 256, 0, stream>>>(in, out, pp, total);
-    RecordLaunch(PermuteNaiveKernel<T>, grid, dim3(256), 0, ctx);
-  } else if (c.perm[k - 1] == k - 1) {
-    const int64_t run = c.in_shape[k - 1];
-    if ((run * sizeof(T)) % 16 == 0) {
-      const int64_t vrun = run * sizeof(T) / 16;
-      PermParams vp = pp;
-      for (int i = 0; i < k; ++i) {
-        vp.in_stride_of_out[i] = pp.in_stride_of_out[i] * sizeof(T) / 16;
-      }
-      const int64_t cpr = CeilDiv(vrun, kRunChunk);
-      const int64_t blocks = (total / run) * cpr;
-      const dim3 grid(GridFor(blocks));
-      CopyRunsKernel<uint4><<<grid, 256, 0, stream>>>(
-          static_cast<const uint4*>(in_v), static_cast<uint4*>(out_v), vp, vrun,
-          cpr, blocks);
-      RecordLaunch(CopyRunsKernel<uint4>, grid, dim3(256), 0, ctx);
-    } else {
-      const int64_t cpr = CeilDiv(run, kRunChunk);
-      const int64_t blocks = (total / run) * cpr;
-      const dim3 grid(GridFor(blocks));
-      CopyRunsKernel<T>
-          <<<grid, 256, 0, stream>>>(in, out, pp, run, cpr, blocks);
-      RecordLaunch(CopyRunsKernel<T>, grid, dim3(256), 0, ctx);
+  const int64_t run = c.in_shape[k - 1];
+  if ((run * sizeof(T)) % 16 == 0) {
+    const int64_t vrun = run * sizeof(T) / 16;
+    PermParams vp = pp;
+    for (int i = 0; i < k; ++i) {
+      vp.in_stride_of_out[i] = pp.in_stride_of_out[i] * sizeof(T) / 16;
     }
+    const int64_t cpr = CeilDiv(vrun, kRunChunk);
+    const int64_t blocks = (total / run) * cpr;
+    const dim3 grid(GridFor(blocks));
+    CopyRunsKernel<uint4><<<grid, 256, 0, stream>>>(
+        static_cast<const uint4*>(in_v), static_cast<uint4*>(out_v), vp, vrun,
+        cpr, blocks);
+    RecordLaunch(CopyRunsKernel<uint4>, grid, dim3(256), 0, ctx);
   } else {
-    int64_t in_stride[kMaxRank], out_stride_of_in[kMaxRank];
-    InputStrides(c, in_stride);
-    int64_t st = 1;
-    for (int i = k - 1; i >= 0; --i) {
-      out_stride_of_in[c.perm[i]] = st;
-      st *= c.in_shape[c.perm[i]];
-    }
-    const int dim_a = c.perm[k - 1];
-    const int dim_b = k - 1;
-    TileParams tp{};
-    for (int d = 0; d < k; ++d) {
-      if (d == dim_a || d == dim_b) continue;
-      tp.rest_size[tp.nrest] = c.in_shape[d];
-      tp.rest_in_stride[tp.nrest] = in_stride[d];
-      tp.rest_out_stride[tp.nrest] = out_stride_of_in[d];
-      ++tp.nrest;
-    }
-    tp.size_a = c.in_shape[dim_a];
-    tp.size_b = c.in_shape[dim_b];
-    tp.in_stride_a = in_stride[dim_a];
-    tp.out_stride_b = out_stride_of_in[dim_b];
-    tp.tiles_a = CeilDiv(tp.size_a, 32);
-    tp.tiles_b = CeilDiv(tp.size_b, 32);
-    tp.num_tiles = tp.tiles_a * tp.tiles_b * (total / (tp.size_a * tp.size_b));
-    const dim3 grid(GridFor(tp.num_tiles));
-    const dim3 block(32, 8);
-    PermuteTiledKernel<T><<<grid, block, 0, stream>>>(in, out, tp);
-    RecordLaunch(PermuteTiledKernel<T>, grid, block, 0, ctx);
+    const int64_t cpr = CeilDiv(run, kRunChunk);
+    const int64_t blocks = (total / run) * cpr;
+    const dim3 grid(GridFor(blocks));
+    CopyRunsKernel<T><<<grid, 256, 0, stream>>>(in, out, pp, run, cpr, blocks);
+    RecordLaunch(CopyRunsKernel<T>, grid, dim3(256), 0, ctx);
+  }
+}
+
+// The innermost dim moves: a tile over it and the output's innermost.
+template <typename T>
+void LaunchTile(const CollapsedPermutation& c, const void* in, void* out,
+                ExecContext& ctx) {
+  const int k = static_cast<int>(c.in_shape.size());
+  const int64_t total = NumElements(c.in_shape);
+  int64_t in_stride[kMaxRank], out_stride_of_in[kMaxRank];
+  InputStrides(c, in_stride);
+  int64_t st = 1;
+  for (int i = k - 1; i >= 0; --i) {
+    out_stride_of_in[c.perm[i]] = st;
+    st *= c.in_shape[c.perm[i]];
+  }
+  const int dim_a = c.perm[k - 1];
+  const int dim_b = k - 1;
+  TileParams tp{};
+  for (int d = 0; d < k; ++d) {
+    if (d == dim_a || d == dim_b) continue;
+    tp.rest_size[tp.nrest] = c.in_shape[d];
+    tp.rest_in_stride[tp.nrest] = in_stride[d];
+    tp.rest_out_stride[tp.nrest] = out_stride_of_in[d];
+    ++tp.nrest;
+  }
+  tp.size_a = c.in_shape[dim_a];
+  tp.size_b = c.in_shape[dim_b];
+  tp.in_stride_a = in_stride[dim_a];
+  tp.out_stride_b = out_stride_of_in[dim_b];
+  tp.tiles_a = CeilDiv(tp.size_a, 32);
+  tp.tiles_b = CeilDiv(tp.size_b, 32);
+  tp.num_tiles = tp.tiles_a * tp.tiles_b * (total / (tp.size_a * tp.size_b));
+  const dim3 grid(GridFor(tp.num_tiles));
+  const dim3 block(32, 8);
+  PermuteTiledKernel<T><<<grid, block, 0, StreamOf(ctx)>>>(
+      static_cast<const T*>(in), static_cast<T*>(out), tp);
+  RecordLaunch(PermuteTiledKernel<T>, grid, block, 0, ctx);
+}
+
+bool KeepsInnermost(const CollapsedPermutation& c) {
+  const int k = static_cast<int>(c.perm.size());
+  return c.perm[k - 1] == k - 1;
+}
+
+template <typename T>
+absl::Status LaunchTiledTyped(const CollapsedPermutation& c, const void* in,
+                              void* out, ExecContext& ctx) {
+  if (KeepsInnermost(c)) {
+    LaunchRunCopy<T>(c, in, out, ctx);
+  } else {
+    LaunchTile<T>(c, in, out, ctx);
   }
   COALESCE_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
 
+absl::Status LaunchNaive(int elem_bytes, const CollapsedPermutation& c,
+                         const void* in, void* out, ExecContext& ctx) {
+  return elem_bytes == 4 ? LaunchNaiveTyped<uint32_t>(c, in, out, ctx)
+                         : LaunchNaiveTyped<uint16_t>(c, in, out, ctx);
+}
+
+absl::Status LaunchTiled(int elem_bytes, const CollapsedPermutation& c,
+                         const void* in, void* out, ExecContext& ctx) {
+  return elem_bytes == 4 ? LaunchTiledTyped<uint32_t>(c, in, out, ctx)
+                         : LaunchTiledTyped<uint16_t>(c, in, out, ctx);
+}
+
+double NaiveEfficiency(const CollapsedPermutation&) { return 0.2; }
+
+double TiledEfficiency(const CollapsedPermutation& c) {
+  if (KeepsInnermost(c)) return 0.85;  // run copy
+  // Transposing layouts of 16 MB and more measured on the H200
+  // (kernels/cuda/testdata/layout_selection_seed*.txt, from
+  // TUNE_OPS=layout scripts/gpu-check.sh OUT tune): a median of 0.51 of
+  // the copy peak, 0.33-0.59, below the 0.64 median of the vec16 and tma
+  // variants, which the heuristic should prefer there.
+  return 0.5;
+}
+
 }  // namespace
 
-absl::Status LaunchPermute(PermuteKernel k, int elem_bytes,
-                           const CollapsedPermutation& c, const void* in,
-                           void* out, ExecContext& ctx) {
-  return elem_bytes == 4 ? LaunchPermuteTyped<uint32_t>(k, c, in, out, ctx)
-                         : LaunchPermuteTyped<uint16_t>(k, c, in, out, ctx);
-}
+const PermuteKernel kNaivePermute = {&NaiveEfficiency, &LaunchNaive};
+const PermuteKernel kTiledPermute = {&TiledEfficiency, &LaunchTiled};
 
 }  // namespace coalesce::cuda

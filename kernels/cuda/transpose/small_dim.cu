@@ -26,6 +26,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/grid_dependency.cuh"
 #include "kernels/cuda/runtime/launch.h"
@@ -34,6 +36,9 @@
 namespace coalesce::cuda {
 namespace {
 
+// The largest short side S handled (AoS records of up to 16 fields, images
+// of up to 16 channels).
+constexpr int64_t kSmallDimMax = 16;
 constexpr int kThreads = 256;
 // Bytes per block chunk: 8 KB, so that eight resident blocks keep 64 KB per
 // SM in flight whatever the element size, while small tensors ([32,3,224,
@@ -211,14 +216,12 @@ __global__ void __launch_bounds__(kRegsThreads)
   const bool valid = unit < units;
   if constexpr (kElemBytes == 2) {
     // Early start, as tma's: the next kernel may be scheduled now, and the
-    // block's first input is asked of the L2 before the wait. H200 A/B
-    // (bench/results/h200/session13/small-dim-16bit-ab/), 16-bit elements,
-    // back to back: 6% faster on NCHW -> NHWC [32,3,224,224], 3.5-5% on
-    // NHWC -> NCHW, 5.5% on AoS -> SoA of 2^26 x 8 (also per launch);
-    // within 1% on the other AoS <-> SoA cases. float32 keeps the plain
-    // wait: early, it was 2% slower on NCHW -> NHWC and 11-14% slower with
-    // a flat input (NHWC -> NCHW, AoS -> SoA of 2^26 x 3;
-    // session13/early-start-everywhere/).
+    // block's first input is asked of the L2 before the wait. On the H200,
+    // 16-bit elements, back to back: 3.5-6% faster on the [32,3,224,224]
+    // layouts and on AoS -> SoA of 2^26 x 8, within 1% on the other AoS <->
+    // SoA cases (coalesce-bench kernels --ops=convert_layout
+    // --dtypes=bfloat16 --variants=small_dim). float32 keeps the plain
+    // wait: early, it ran 2-14% slower (the most with a flat input).
     AllowNextGrid();
     const int64_t base = blockIdx.y * units * S;
     if constexpr (kFlatIn) {
@@ -383,8 +386,8 @@ absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
   return absl::OkStatus();
 }
 
-}  // namespace
-
+// Whether s takes the register path (a short side of 2 or more, the long
+// side whole 16-byte vectors) rather than the shared-memory one.
 bool SmallDimInRegisters(const TransposeShape& s) {
   const int64_t long_side = std::max(s.rows, s.cols);
   return std::min(s.rows, s.cols) >= 2 &&
@@ -392,6 +395,7 @@ bool SmallDimInRegisters(const TransposeShape& s) {
          CeilDiv(long_side * s.elem_bytes / 16, kRegsThreads) <= 0x7fffffff;
 }
 
+// The blocks of the shared-memory path: one per chunk of about 8 KB.
 int64_t SmallDimSharedBlocks(const TransposeShape& s) {
   const int64_t short_side = std::min(s.rows, s.cols);
   return s.batch *
@@ -399,8 +403,8 @@ int64_t SmallDimSharedBlocks(const TransposeShape& s) {
                  SmallDimChunkLen(static_cast<int>(short_side), s.elem_bytes));
 }
 
-absl::Status LaunchTransposeSmallDim(const TransposeShape& s, const void* in,
-                                     void* out, ExecContext& ctx) {
+absl::Status LaunchSmallDim(const TransposeShape& s, const void* in, void* out,
+                            ExecContext& ctx) {
   if (SmallDimInRegisters(s)) {
     const int sd = static_cast<int>(std::min(s.rows, s.cols));
     return s.elem_bytes == 4 ? DispatchSmallDimRegs<4>(sd, s, in, out, ctx)
@@ -409,5 +413,37 @@ absl::Status LaunchTransposeSmallDim(const TransposeShape& s, const void* in,
   return s.elem_bytes == 4 ? LaunchSmallDimTyped<uint32_t>(s, in, out, ctx)
                            : LaunchSmallDimTyped<uint16_t>(s, in, out, ctx);
 }
+
+absl::Status SmallDimSupports(const TransposeShape& s) {
+  COALESCE_RETURN_IF_ERROR(CheckTransposeElementBytes(s));
+  if (std::min(s.rows, s.cols) > kSmallDimMax) {
+    return absl::UnimplementedError(
+        absl::StrCat("needs rows or cols <= ", kSmallDimMax));
+  }
+  return absl::OkStatus();
+}
+
+// Fractions of the copy peak measured on the H200 on 2^26-record AoS
+// layouts: 0.87-1.00 on the register path, 0.64-0.88 on the shared-memory
+// path (lengths that are not whole 16-byte vectors) (coalesce-bench kernels
+// --ops=convert_layout --variants=small_dim).
+double SmallDimEfficiency(const TransposeShape& s) {
+  return SmallDimInRegisters(s) ? 0.95 : 0.8;
+}
+
+}  // namespace
+
+// Eight resident blocks per SM keep the shared-memory path's 64 KB in
+// flight (kChunkBytes); with fewer, as on skinny shapes of a few hundred KB
+// (8655x7: 31 blocks), it runs latency-bound: 1.2-1.35x naive's time on the
+// H200 (TUNE_OPS=transpose scripts/gpu-check.sh OUT tune).
+double SmallDimBlockFactor(const TransposeShape& s, int multiprocessors) {
+  if (SmallDimInRegisters(s) || multiprocessors <= 0) return 1.0;
+  return std::min(1.0, static_cast<double>(SmallDimSharedBlocks(s)) /
+                           (8.0 * multiprocessors));
+}
+
+const TransposeKernel kSmallDimTranspose = {
+    &SmallDimSupports, &SmallDimEfficiency, &LaunchSmallDim};
 
 }  // namespace coalesce::cuda

@@ -27,39 +27,19 @@
 // g, and the TMA's 128-byte swizzle (chunk k stored at k ^ (s % 8)) puts
 // the 8 units of a quarter warp, g % 8 = 0..7, in 8 different chunks.
 //
-// H200 (bench/results/h200/session6/tma-v1..v3): the first version (one
-// 128-byte box of 128 rows, 8 chunks of 4 unit rows per warp: 64-byte
-// store segments) ran at 0.78-0.87 of the copy peak against vec16's
-// 0.87-0.93; lanes down the tile (v2) brought 16-bit to vec16_wide's
-// figure and past it at 4096^2; the 256-byte tile (this one) leads vec16_wide
-// by 1-8% in 16-bit and at float32 4096^2, and trails it by 0.3-2% on the
-// larger float32 shapes.
-//
 // Early start: every block first lets the stream's next kernel be
 // scheduled (AllowNextGrid), then asks the L2 for each 128-byte line of its
 // first tile, or of its first kStages tiles where the input is past 1.5x
 // the L2 (TmaPrefetchesEveryStage), and only then waits for the previous
 // kernel. Back to back, the next launch's blocks take the SM slots this
 // one's last blocks free and fetch their first tiles while those blocks
-// finish, so the DRAM stays busy across the kernel boundary. H200 A/Bs,
-// back to back:
-// - every stage, past 1.5x the L2 (bench/results/h200/session13/
-//   early-start-ab/): 2.2-3.0% faster on float32 and bfloat16 8192^2 and
-//   4096x12288, 0.3-0.7% on 16384^2, per launch within 1%. Every stage at
-//   4096^2 (inputs of 34 and 67 MB, the L2 is 60) was 4.3-5.5% slower in
-//   bfloat16 and 8-10% per launch (session13/early-start-everywhere/,
-//   session14/tma-prefetch-depth/): in ncu (one launch alone) the same
-//   DRAM bytes, but 19-39% more L2 lookup misses and 2.5 us more.
-// - the first tile only, at 4096^2 (session14/tma-prefetch-depth/, 2 stages
-//   in 16-bit then): 2.7% (bfloat16) and 3.6% (float32) faster than no
-//   early start; it was 1.4-2.6% slower than every stage on the larger
-//   shapes. Below 1.5x the L2 it is 10-15% faster at 1024^2 and within 0.5%
-//   at 32x1024^2 (session14/tma-stages/).
+// finish, so the DRAM stays busy across the kernel boundary: on the H200,
+// the first tile alone made 1024^2 10-15% faster and 4096^2 2.7-3.6%
+// (coalesce-bench kernels --ops=transpose --variants=tma).
 //
 // Edges: the TMA zero-fills what lies past the matrix and the expected
 // transaction bytes are whole boxes; stores are predicated per 16-byte
-// piece, which TransposeSupports' divisibility (as vec16's) keeps wholly
-// inside or outside.
+// piece, which CheckVec16Divisible keeps wholly inside or outside.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -68,6 +48,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/core/variant.h"
 #include "kernels/cuda/runtime/async_copy.cuh"
 #include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/grid_dependency.cuh"
@@ -103,11 +84,11 @@ struct Geometry {
   static constexpr int kBoxBytes = kTileRows * kBoxRowBytes;
   static constexpr int kTileBytes = kBoxes * kBoxBytes;  // 16 or 32 KB
   // Stages of 64 KB a block and 3 blocks an SM in float32 (24 warps, 12
-  // tiles in flight an SM); 96 KB and 2 blocks in 16-bit (6 tiles), where
-  // 64 KB and 3 blocks (2 stages) ran 0.4-5% slower back to back on the
-  // H200, the most at 4096^2 (bench/results/h200/session14/tma-stages/,
-  // with the early start as below). The bound also keeps ptxas from the 64
-  // registers and a spill it chose without one.
+  // tiles in flight an SM); 96 KB and 2 blocks in 16-bit (6 tiles), 0.4-5%
+  // faster back to back on the H200 than 64 KB and 3 blocks, the most at
+  // 4096^2 (coalesce-bench kernels --ops=transpose --dtypes=bfloat16
+  // --variants=tma). The bound also keeps ptxas from the 64 registers and a
+  // spill it chose without one.
   static constexpr int kStages = kElemBytes == 4 ? 4 : 3;
   static constexpr int kBlocksPerSm = kElemBytes == 4 ? 3 : 2;
   static constexpr int kSmemBytes = kSmemAlign + kStages * kTileBytes;
@@ -289,23 +270,8 @@ absl::Status LaunchTmaTyped(const TransposeShape& s, const void* in, void* out,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-// The threshold (file comment): between the 67 MB input where prefetching
-// every stage lost and the 100 MB one where it gained on the H200.
-bool TmaPrefetchesEveryStage(const TransposeShape& s, const ExecContext& ctx) {
-  const int64_t l2 = ctx.device != nullptr ? ctx.device->l2_cache_bytes : 0;
-  return l2 > 0 && 2 * s.batch * s.rows * s.cols * s.elem_bytes > 3 * l2;
-}
-
-Vec16Tile TmaTileOf(const TransposeShape& s) {
-  return s.elem_bytes == 4
-             ? Vec16Tile{Geometry<4>::kTileRows, Geometry<4>::kTileCols}
-             : Vec16Tile{Geometry<2>::kTileRows, Geometry<2>::kTileCols};
-}
-
-absl::Status LaunchTransposeTma(const TransposeShape& s, const void* in,
-                                void* out, ExecContext& ctx) {
+absl::Status LaunchTma(const TransposeShape& s, const void* in, void* out,
+                       ExecContext& ctx) {
   if (reinterpret_cast<uintptr_t>(in) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(out) % 16 != 0) {
     return absl::InvalidArgumentError(
@@ -314,5 +280,31 @@ absl::Status LaunchTransposeTma(const TransposeShape& s, const void* in,
   return s.elem_bytes == 4 ? LaunchTmaTyped<4>(s, in, out, ctx)
                            : LaunchTmaTyped<2>(s, in, out, ctx);
 }
+
+// Fractions of the copy peak on the H200, back to back (coalesce-bench
+// kernels --ops=transpose --variants=tma,vec16_wide): 16-bit 0.85-0.93,
+// 1-8% ahead of vec16_wide; float32 0.91-0.94, up to 2% behind it except at
+// 4096^2.
+double TmaEfficiency(const TransposeShape& s) {
+  return s.elem_bytes == 4
+             ? 0.87 * TileUtilization(s.rows, s.cols, Geometry<4>::kTileRows,
+                                      Geometry<4>::kTileCols)
+             : 0.91 * TileUtilization(s.rows, s.cols, Geometry<2>::kTileRows,
+                                      Geometry<2>::kTileCols);
+}
+
+}  // namespace
+
+// Between 4096^2 (inputs up to 67 MB; the L2 is 60), where prefetching
+// every stage ran 4-10% slower (more L2 lookup misses), and the inputs from
+// 100 MB up, where it ran 1.4-2.6% faster than the first tile alone, on the
+// H200 (coalesce-bench kernels --ops=transpose --variants=tma).
+bool TmaPrefetchesEveryStage(const TransposeShape& s, const ExecContext& ctx) {
+  const int64_t l2 = ctx.device != nullptr ? ctx.device->l2_cache_bytes : 0;
+  return l2 > 0 && 2 * s.batch * s.rows * s.cols * s.elem_bytes > 3 * l2;
+}
+
+const TransposeKernel kTmaTranspose = {&CheckVec16Divisible, &TmaEfficiency,
+                                       &LaunchTma};
 
 }  // namespace coalesce::cuda

@@ -1,4 +1,4 @@
-// Transpose past the seeds: 16-byte global loads and stores on both sides.
+// vec16 and vec16_wide: 16-byte global loads and stores on both sides.
 //
 // The tile is held as 32-bit words, W[kWordRows][kCols + 1]:
 // - float32: a word is one element; a thread loads 4 consecutive columns of
@@ -14,12 +14,14 @@
 // kCols + 1 words both the scattered shared stores of the load phase and the
 // column gathers of the write phase hit 32 distinct banks (bank = row + col
 // mod 32). Edge tiles run the same code with per-vector predicates: the
-// divisibility TransposeSupports demands makes every vector wholly inside
+// divisibility CheckVec16Divisible demands makes every vector wholly inside
 // or wholly outside the matrix.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/grid_dependency.cuh"
 #include "kernels/cuda/runtime/launch.h"
@@ -64,14 +66,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row_words = kElemBytes == 4 ? rows : rows / 2;
   if constexpr (kElemBytes == 4 && kWordRows == 64 && kCols == 32) {
     // Early start, as tma's: let the next kernel be scheduled and ask the
-    // L2 for this block's tile (a line per 8 lanes) before the wait. H200
-    // A/B (bench/results/h200/session13/vec16-early-start/), back to back:
-    // 16% faster at float32 1024^2, 5.5% on NCHW -> NHWC [8,512,28,28],
-    // 1.5-2.7% on 4096^2, 8192^2, 32x1024^2 and the [64,256,56,56]
-    // layouts, equal on NHWC -> NCHW [8,28,28,512]. Not on the other tiles
-    // (the diff there tried them all): 64-column float32 tiles were 12%
-    // slower at 1024^2 and 1.6% at 4096^2; 16-bit ones gained 1.6-5% up
-    // to 6.4 MB but lost 1.4-7.6% from 8192^2 up.
+    // L2 for this block's tile (a line per 8 lanes) before the wait. On the
+    // H200, back to back: 16% faster at float32 1024^2, up to 5.5% on
+    // the larger transposes and layouts (coalesce-bench kernels
+    // --dtypes=float32 --variants=vec16$). Only this tile: the 64-column
+    // float32 tiles ran up to 12% slower with it, the 16-bit ones up to
+    // 7.6% slower from 8192^2 up.
     AllowNextGrid();
     const int64_t t = blockIdx.x;
     const int row = wgrp * kWarpWordRows + lane / 8;
@@ -180,23 +180,24 @@ absl::Status LaunchVec16Typed(const TransposeShape& s, const void* in,
   return absl::OkStatus();
 }
 
-}  // namespace
+struct Vec16Tile {
+  int rows, cols;  // in elements
+};
 
+// Half-height tiles where the matrix has no more rows, so that C = 64
+// images do not leave half of every 16-bit tile idle. A 16-bit half tile
+// has 64 columns either way: eight warps load the 64 word-rows of a
+// 32-column tile in one pass, but only 32 exist.
 Vec16Tile Vec16TileOf(const TransposeShape& s, bool wide) {
-  // Half-height tiles where the matrix has no more rows, so that C = 64
-  // images do not leave half of every 16-bit tile idle. A 16-bit half tile
-  // has 64 columns either way: eight warps load the 64 word-rows of a
-  // 32-column tile in one pass, but only 32 exist. (128-column 16-bit tiles,
-  // 256-byte row segments as float32's wide tiles read, ran at 0.70 of the
-  // copy peak against 0.87-0.89 for 32 and 64 columns: not used.)
   if (s.elem_bytes == 4) return {s.rows <= 32 ? 32 : 64, wide ? 64 : 32};
   if (s.rows <= 64) return {64, 64};
   return {128, wide ? 64 : 32};
 }
 
-absl::Status LaunchTransposeVec16(const TransposeShape& s, bool wide,
-                                  const void* in, void* out, ExecContext& ctx) {
-  const Vec16Tile t = Vec16TileOf(s, wide);
+template <bool kWide>
+absl::Status LaunchVec16(const TransposeShape& s, const void* in, void* out,
+                         ExecContext& ctx) {
+  const Vec16Tile t = Vec16TileOf(s, kWide);
   if (s.elem_bytes == 4) {
     if (t.rows == 32) {
       return t.cols == 64 ? LaunchVec16Typed<4, 32, 64>(s, in, out, ctx)
@@ -209,5 +210,36 @@ absl::Status LaunchTransposeVec16(const TransposeShape& s, bool wide,
   return t.cols == 64 ? LaunchVec16Typed<2, 64, 64>(s, in, out, ctx)
                       : LaunchVec16Typed<2, 64, 32>(s, in, out, ctx);
 }
+
+// Fractions of the copy peak measured on the H200 at 8192^2 and 16384^2:
+// 0.90-0.93 in float32, 0.84-0.90 in 16-bit, for both tile widths
+// (coalesce-bench kernels --ops=transpose --variants=vec16
+// --shape=1,8192,8192:1,16384,16384).
+template <bool kWide>
+double Vec16Efficiency(const TransposeShape& s) {
+  const Vec16Tile t = Vec16TileOf(s, kWide);
+  return (kWide ? 0.88 : 0.89) *
+         TileUtilization(s.rows, s.cols, t.rows, t.cols);
+}
+
+}  // namespace
+
+absl::Status CheckVec16Divisible(const TransposeShape& s) {
+  COALESCE_RETURN_IF_ERROR(CheckTransposeElementBytes(s));
+  // Elements per 16-byte vector, and per 16-byte store of paired 16-bit
+  // rows.
+  const int64_t m = s.elem_bytes == 4 ? 4 : 8;
+  if (s.rows % m != 0 || s.cols % m != 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("16-byte vectors need rows and cols divisible by ", m,
+                     " for ", s.elem_bytes, "-byte elements"));
+  }
+  return absl::OkStatus();
+}
+
+const TransposeKernel kVec16Transpose = {
+    &CheckVec16Divisible, &Vec16Efficiency<false>, &LaunchVec16<false>};
+const TransposeKernel kVec16WideTranspose = {
+    &CheckVec16Divisible, &Vec16Efficiency<true>, &LaunchVec16<true>};
 
 }  // namespace coalesce::cuda
