@@ -278,7 +278,7 @@ TEST_F(SelectionEstimate, EmptyTransposesAreEstimated) {
 // The transpose heuristic alone on the sweep's exact shapes (the tables keep
 // the last shape of each key), both seeds measured on the H200: within 10% of
 // the fastest for 146 of 148 seed-7 shapes, whose medians under 1 MB set the
-// call costs (transpose/variants.cc), and 156 of 159 seed-8 shapes, never
+// call costs (transpose/*_variant.cc), and 156 of 159 seed-8 shapes, never
 // fitted on. The misses left: smem_padded chosen over vec16 at 2700x288 and
 // 64x11264 (1.11-1.13x) and over naive at 8655x7 (1.14x), small_dim over naive
 // at 384x13 and 14x448 (1.10-1.16x).

@@ -1,4 +1,5 @@
-// Factories for the CUDA variants; register.cc lists them, one line each.
+// Factories for the CUDA variants, one per variant file; register.cc lists
+// them, one line each. Variants are stateless after construction: thread-safe.
 #pragma once
 
 #include <memory>
@@ -28,7 +29,7 @@ std::unique_ptr<KernelVariant> MakeLayoutSmallDimVariant();
 std::unique_ptr<KernelVariant> MakeLayoutTmaVariant();
 
 // gemm.cuda.*: batched D = alpha * op(A) * op(B) + beta * C, one file each
-// (gemm_<variant>.cu, gemm_cublaslt.cc); CanImplement states each one's
+// (gemm/<variant>.cu, gemm/cublaslt.cc); CanImplement states each one's
 // constraints.
 std::unique_ptr<KernelVariant> MakeGemmNaiveVariant();
 std::unique_ptr<KernelVariant> MakeGemmSmemTiledVariant();
