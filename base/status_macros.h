@@ -8,9 +8,9 @@
 #define COALESCE_CONCAT_INNER_(a, b) a##b
 #define COALESCE_CONCAT_(a, b) COALESCE_CONCAT_INNER_(a, b)
 
-#define COALESCE_RETURN_IF_ERROR(expr)                 \
-  do {                                                 \
-    ::absl::Status _coalesce_status = (expr);          \
+#define COALESCE_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    ::absl::Status _coalesce_status = (expr);            \
     if (!_coalesce_status.ok()) return _coalesce_status; \
   } while (0)
 

@@ -44,7 +44,7 @@ ABSL_FLAG(std::string, ops, "transpose,convert_layout",
 ABSL_FLAG(std::string, dtypes, "float32,bfloat16",
           "comma-separated dtypes (float32, float16, bfloat16)");
 ABSL_FLAG(std::string, preset, "targets",
-          "shape list: 'targets' (the issues' GPU targets), 'quick' (small), "
+          "shape list: 'targets' (the headline GPU shapes), 'quick' (small), "
           "or 'cpu' (one large size per op, for the CPU backend)");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
 ABSL_FLAG(std::string, variants, "",

@@ -3,8 +3,8 @@
 // CI and fails above the bound.
 #include <benchmark/benchmark.h>
 
-#include "kernels/selection/selector.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/selection/selector.h"
 
 namespace coalesce {
 namespace {

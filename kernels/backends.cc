@@ -41,11 +41,11 @@ absl::StatusOr<BackendChoice> CreateBackend(const BackendOptions& opts) {
           absl::StrCat("--device=cuda: ", why_not_cuda));
     }
   }
-  return BackendChoice{CreateCpuBackend(opts.threads),
-                       opts.device == "cpu"
-                           ? std::string("--device=cpu")
-                           : absl::StrCat("no usable CUDA device (",
-                                          why_not_cuda, ")")};
+  return BackendChoice{
+      CreateCpuBackend(opts.threads),
+      opts.device == "cpu"
+          ? std::string("--device=cpu")
+          : absl::StrCat("no usable CUDA device (", why_not_cuda, ")")};
 }
 
 }  // namespace coalesce

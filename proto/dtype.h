@@ -3,8 +3,8 @@
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "coalesce/v1/tensor_ops.pb.h"
 #include "base/dtype.h"
+#include "coalesce/v1/tensor_ops.pb.h"
 
 namespace coalesce {
 

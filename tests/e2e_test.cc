@@ -29,10 +29,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/dtype.h"
 #include "client/npy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/dtype.h"
 
 namespace coalesce {
 namespace {

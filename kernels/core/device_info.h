@@ -26,7 +26,7 @@ struct DeviceInfo {
   int64_t l2_cache_bytes = 0;
   int64_t shared_memory_per_block_bytes = 0;
   int64_t shared_memory_per_block_optin_bytes = 0;
-  double theoretical_bandwidth = 0;  // bytes/s, from clock and bus width
+  double theoretical_bandwidth = 0;    // bytes/s, from clock and bus width
   double measured_copy_bandwidth = 0;  // bytes/s, read + write, timed
   double peak_fp32_flops = 0;          // FLOP/s estimate for roofline
   double peak_tensor_flops = 0;        // 16-bit tensor-core FLOP/s estimate

@@ -42,9 +42,8 @@ CollapsedPermutation CollapsePermutation(const Shape& in_shape,
   const int ng = static_cast<int>(groups.size());
   Perm order(ng);
   for (int g = 0; g < ng; ++g) order[g] = g;
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return groups[a][0] < groups[b][0];
-  });
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return groups[a][0] < groups[b][0]; });
   Perm rank_of_group(ng);
   CollapsedPermutation c;
   for (int r = 0; r < ng; ++r) {

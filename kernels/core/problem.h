@@ -122,7 +122,6 @@ int64_t MinBytesMoved(const Problem& p);
 // Floating-point operations (0 for pure data movement).
 double Flops(const Problem& p);
 
-
 // A one-line description, e.g. "transpose float32 [4,1024,512]".
 std::string Describe(const Problem& p);
 

@@ -5,9 +5,9 @@
 #pragma once
 
 #include <memory>
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "kernels/core/variant.h"
 
 namespace coalesce {

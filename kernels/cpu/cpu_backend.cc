@@ -51,9 +51,9 @@ double MeasureCopyBandwidth(int threads) {
       const size_t lo = kBytes * t / threads, hi = kBytes * (t + 1) / threads;
       std::memcpy(dst.get() + lo, src.get() + lo, hi - lo);
     }
-    const double s = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     best = std::max(best, 2.0 * kBytes / s);
   }
   return best;

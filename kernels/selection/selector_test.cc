@@ -14,8 +14,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "kernels/selection/selection_key.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/selection/selection_key.h"
 
 namespace coalesce {
 namespace {

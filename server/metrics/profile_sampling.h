@@ -2,10 +2,10 @@
 // the backend samples device counters (achieved occupancy, DRAM throughput)
 // of a fraction of kernel launches, and turning that on at start-up. The
 // CUDA backend brackets every Nth launch with the CUPTI range profiler
-// (kernels/cuda/profiling/cupti_sampler.h) and returns the counters in RunResult,
-// which the metrics export; where sampling is unavailable (CPU backend, no
-// CUPTI, counters restricted to administrators) the start-up log says why
-// and everything else runs unaffected. Pure functions apart from
+// (kernels/cuda/profiling/cupti_sampler.h) and returns the counters in
+// RunResult, which the metrics export; where sampling is unavailable (CPU
+// backend, no CUPTI, counters restricted to administrators) the start-up log
+// says why and everything else runs unaffected. Pure functions apart from
 // StartProfileSampling, which calls the backend once; thread-compatible.
 #pragma once
 

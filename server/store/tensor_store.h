@@ -36,8 +36,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "kernels/core/backend.h"
 #include "base/dtype.h"
+#include "kernels/core/backend.h"
 #include "kernels/core/problem.h"
 
 namespace coalesce {

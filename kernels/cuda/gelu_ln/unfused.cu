@@ -21,8 +21,8 @@
 #include <type_traits>
 
 #include "base/status_macros.h"
-#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/gelu_ln/kernels.cuh"
+#include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
 #include "kernels/cuda/variants.h"
 

@@ -16,9 +16,9 @@ inline absl::Status CudaStatus(cudaError_t err, const char* expr,
   // Reset the per-thread last-error state, so a later launch check does not
   // report this error again (sticky errors persist regardless).
   cudaGetLastError();
-  std::string msg = absl::StrCat(expr, ": ", cudaGetErrorName(err), " (",
-                                 cudaGetErrorString(err), ") at ", file, ":",
-                                 line);
+  std::string msg =
+      absl::StrCat(expr, ": ", cudaGetErrorName(err), " (",
+                   cudaGetErrorString(err), ") at ", file, ":", line);
   if (err == cudaErrorMemoryAllocation) {
     return absl::ResourceExhaustedError(std::move(msg));
   }
@@ -27,11 +27,11 @@ inline absl::Status CudaStatus(cudaError_t err, const char* expr,
 
 }  // namespace coalesce::cuda
 
-#define COALESCE_CUDA_RETURN_IF_ERROR(expr)                             \
-  do {                                                                  \
-    ::absl::Status _coalesce_cuda_status =                              \
+#define COALESCE_CUDA_RETURN_IF_ERROR(expr)                              \
+  do {                                                                   \
+    ::absl::Status _coalesce_cuda_status =                               \
         ::coalesce::cuda::CudaStatus((expr), #expr, __FILE__, __LINE__); \
-    if (!_coalesce_cuda_status.ok()) return _coalesce_cuda_status;      \
+    if (!_coalesce_cuda_status.ok()) return _coalesce_cuda_status;       \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here.

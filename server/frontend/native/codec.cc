@@ -13,9 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "kernels/core/permute.h"
 #include "base/shape.h"
 #include "base/status_macros.h"
+#include "kernels/core/permute.h"
 #include "server/store/shared_memory.h"
 #include "server/store/tensor_store.h"
 

@@ -19,12 +19,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
 #include "client/client.h"
 #include "coalesce/v1/tensor_ops.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "base/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "server/frontend/native/data_plane_test_util.h"
 #include "server/server.h"

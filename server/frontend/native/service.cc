@@ -8,9 +8,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/backends.h"
 #include "kernels/selection/heuristic.h"
-#include "base/status_macros.h"
 #include "server/frontend/status.h"
 #include "spdlog/spdlog.h"
 
