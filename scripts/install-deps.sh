@@ -11,7 +11,7 @@ packages=(
   libabsl-dev libopenblas-dev libcivetweb-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy
-  clang-format  # scripts/check-format.sh, run by scripts/test.sh
+  clang-format  # scripts/format.sh --check, run by scripts/test.sh
   prometheus  # promtool and a real Prometheus for the metrics e2e tests
 )
 
