@@ -768,6 +768,18 @@ TEST_F(E2eTest, ZeroDimensionIsInvalidArgument) {
   EXPECT_THAT(r.err, HasSubstr("error: INVALID_ARGUMENT")) << r;
 }
 
+// Over TCP a 64 KiB variant name echoed whole would overflow gRPC's
+// trailers (RESOURCE_EXHAUSTED); quoted bounded, it is the field's error.
+TEST_F(E2eTest, AHugeVariantNameIsInvalidArgument) {
+  const CliResult r =
+      Cli({"transpose", "--shape=4,5", "--variant=" + std::string(65536, 'v')});
+  EXPECT_EQ(r.exit_code, 1) << r.exit_code;
+  EXPECT_THAT(r.err, HasSubstr("error: INVALID_ARGUMENT"))
+      << r.err.substr(0, 400);
+  EXPECT_THAT(r.err, HasSubstr("(65536 bytes)")) << r.err.substr(0, 400);
+  EXPECT_LT(r.err.size(), 2048u);
+}
+
 TEST_F(E2eTest, MismatchedGemmInputsAreInvalidArgument) {
   const CliResult r =
       Cli({"gemm",

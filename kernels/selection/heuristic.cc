@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/quote.h"
 
 namespace coalesce {
 
@@ -33,7 +34,7 @@ absl::StatusOr<Selection> SelectVariant(const VariantRegistry& registry,
     const KernelVariant* v = registry.Find(forced);
     if (v == nullptr || v->backend() != dev.backend || v->op() != OpOf(p)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "options.variant: '", forced, "' is not a ", OpName(OpOf(p)),
+          "options.variant: ", Quoted(forced), " is not a ", OpName(OpOf(p)),
           " variant of the ", BackendName(dev.backend),
           " backend; available for this request: ",
           EligibleVariantNames(registry, p, dev)));
@@ -41,7 +42,7 @@ absl::StatusOr<Selection> SelectVariant(const VariantRegistry& registry,
     absl::Status why = v->CanImplement(p, dev);
     if (!why.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "options.variant: '", forced, "' cannot run this request (",
+          "options.variant: ", Quoted(forced), " cannot run this request (",
           why.message(), "); available for this request: ",
           EligibleVariantNames(registry, p, dev)));
     }

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "server/store/mapping_guard.h"
 
 namespace coalesce {
@@ -36,26 +37,26 @@ SharedMemoryRegion::~SharedMemoryRegion() {
 absl::Status SharedMemoryRegion::CheckAlive() const {
   if (MappingFaulted(guard_slot_)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "shared-memory region '", name_, "': its object ", key_,
+        "shared-memory region ", Quoted(name_), ": its object ", Quoted(key_),
         " shrank while a request used it (the lost pages read as zeros "
         "here); unregister the region and register the object again"));
   }
   struct stat st;
   if (fstat(fd_, &st) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("shared-memory region '", name_, "' (key ", key_,
-                     "): fstat failed: ", std::strerror(errno)));
+        absl::StrCat("shared-memory region ", Quoted(name_), " (key ",
+                     Quoted(key_), "): fstat failed: ", std::strerror(errno)));
   }
   if (st.st_nlink == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "shared-memory region '", name_, "': its object ", key_,
+        "shared-memory region ", Quoted(name_), ": its object ", Quoted(key_),
         " was unlinked; register a live object (and unregister this one)"));
   }
   if (static_cast<uint64_t>(st.st_size) < offset_ + byte_size_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "shared-memory region '", name_, "': its object ", key_, " shrank to ",
-        st.st_size, " bytes, short of the registered range [", offset_, ", ",
-        offset_ + byte_size_, ")"));
+        "shared-memory region ", Quoted(name_), ": its object ", Quoted(key_),
+        " shrank to ", st.st_size, " bytes, short of the registered range [",
+        offset_, ", ", offset_ + byte_size_, ")"));
   }
   return absl::OkStatus();
 }
@@ -78,16 +79,17 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name,
   {
     absl::MutexLock lock(&mu_);
     if (regions_.count(name) != 0) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "name: a shared-memory region '", name, "' is already registered"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("name: a shared-memory region ", Quoted(name),
+                       " is already registered"));
     }
   }
   const std::string key_string(key);
   const int fd = shm_open(key_string.c_str(), O_RDWR, 0);
   if (fd < 0) {
     const int err = errno;
-    const std::string message = absl::StrCat(
-        "key: shm_open(\"", key, "\") failed: ", std::strerror(err));
+    const std::string message = absl::StrCat("key: shm_open(", Quoted(key),
+                                             ") failed: ", std::strerror(err));
     return err == ENOENT ? absl::NotFoundError(message)
                          : absl::InvalidArgumentError(message);
   }
@@ -96,21 +98,22 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name,
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
         "byte_size: the range [", offset, ", ", end, ") lies past the end of ",
-        key, " (", st.st_size, " bytes)"));
+        Quoted(key), " (", st.st_size, " bytes)"));
   }
   void* mapping = mmap(nullptr, end, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mapping == MAP_FAILED) {
     const int err = errno;
     close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat("key: mmap of ", key, " failed: ", std::strerror(err)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key: mmap of ", Quoted(key), " failed: ", std::strerror(err)));
   }
   auto region = std::make_shared<const SharedMemoryRegion>(
       std::string(name), key_string, offset, byte_size, fd, mapping, end);
   absl::MutexLock lock(&mu_);
   if (!regions_.emplace(std::string(name), std::move(region)).second) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "name: a shared-memory region '", name, "' is already registered"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("name: a shared-memory region ", Quoted(name),
+                     " is already registered"));
   }
   return absl::OkStatus();
 }
@@ -120,7 +123,7 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
   auto it = regions_.find(name);
   if (it == regions_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("name: no shared-memory region '", name, "'"));
+        absl::StrCat("name: no shared-memory region ", Quoted(name)));
   }
   regions_.erase(it);
   return absl::OkStatus();
@@ -140,8 +143,8 @@ SharedMemoryRegistry::Find(absl::string_view name) const {
   absl::MutexLock lock(&mu_);
   auto it = regions_.find(name);
   if (it == regions_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no shared-memory region '", name, "' is registered"));
+    return absl::NotFoundError(absl::StrCat("no shared-memory region ",
+                                            Quoted(name), " is registered"));
   }
   return it->second;
 }

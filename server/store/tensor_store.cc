@@ -1,14 +1,38 @@
 #include "server/store/tensor_store.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/quote.h"
+#include "base/status_macros.h"
 
 namespace coalesce {
 namespace {
 
 constexpr size_t kMaxNameLength = 128;
+
+// A handle the server picks: 128 bits from the kernel's CSPRNG, so that no
+// client can guess another's handles from its own.
+absl::StatusOr<std::string> RandomHandle() {
+  uint64_t bits[2];
+  size_t filled = 0;
+  while (filled < sizeof(bits)) {
+    const ssize_t n = getrandom(reinterpret_cast<char*>(bits) + filled,
+                                sizeof(bits) - filled, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(
+          absl::StrCat("getrandom failed: ", std::strerror(errno)));
+    }
+    filled += static_cast<size_t>(n);
+  }
+  return absl::StrFormat("t-%016x%016x", bits[0], bits[1]);
+}
 
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > kMaxNameLength) return false;
@@ -53,9 +77,7 @@ std::unique_ptr<ResidentWriter> BackendTensorMemory::OpenWriter(void* dst,
 }
 
 TensorStore::TensorStore(TensorStoreOptions options, TensorMemory* memory)
-    : options_(std::move(options)),
-      memory_(memory),
-      rng_(std::random_device{}()) {}
+    : options_(std::move(options)), memory_(memory) {}
 
 TensorStore::~TensorStore() {
   {
@@ -70,7 +92,7 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
     const Shape& shape, int64_t bytes) {
   if (!name.empty() && !ValidName(name)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("name: '", name, "' must be 1 to ", kMaxNameLength,
+        absl::StrCat("name: ", Quoted(name), " must be 1 to ", kMaxNameLength,
                      " characters of [A-Za-z0-9._-]"));
   }
   auto tensor = std::make_shared<StoredTensor>();
@@ -96,13 +118,13 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
     }
     if (name.empty()) {
       do {
-        tensor->handle = absl::StrFormat("t-%016x", rng_());
+        COALESCE_ASSIGN_OR_RETURN(tensor->handle, RandomHandle());
       } while (tensors_.count(tensor->handle) != 0);
     } else {
       tensor->handle = std::string(name);
       if (tensors_.count(tensor->handle) != 0) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("name: a tensor named '", name, "' already exists"));
+        return absl::AlreadyExistsError(absl::StrCat(
+            "name: a tensor named ", Quoted(name), " already exists"));
       }
     }
     // Reserve before allocating (outside the lock), so that concurrent
@@ -121,7 +143,7 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
   }
   if (it == tensors_.end()) {
     return absl::NotFoundError(absl::StrCat(
-        "tensor '", tensor->handle, "' was deleted while being created"));
+        "tensor ", Quoted(tensor->handle), " was deleted while being created"));
   }
   tensor->data = std::move(*data);
   it->second.tensor = tensor;
@@ -132,8 +154,9 @@ absl::Status TensorStore::Commit(absl::string_view handle) {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(std::string(handle));
   if (it == tensors_.end() || it->second.tensor == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "tensor '", handle, "' was deleted or expired before it was complete"));
+    return absl::NotFoundError(
+        absl::StrCat("tensor ", Quoted(handle),
+                     " was deleted or expired before it was complete"));
   }
   it->second.committed = true;
   it->second.last_used = options_.now();
@@ -146,8 +169,8 @@ absl::StatusOr<std::shared_ptr<const StoredTensor>> TensorStore::Find(
   auto it = tensors_.find(std::string(handle));
   if (it == tensors_.end() || !it->second.committed) {
     return absl::NotFoundError(
-        absl::StrCat("no tensor '", handle,
-                     "' (never created, deleted, expired, or still being "
+        absl::StrCat("no tensor ", Quoted(handle),
+                     " (never created, deleted, expired, or still being "
                      "uploaded)"));
   }
   it->second.last_used = options_.now();
@@ -158,7 +181,7 @@ absl::StatusOr<int64_t> TensorStore::Delete(absl::string_view handle) {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(std::string(handle));
   if (it == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat("no tensor '", handle, "'"));
+    return absl::NotFoundError(absl::StrCat("no tensor ", Quoted(handle)));
   }
   const int64_t bytes = it->second.bytes;
   EraseLocked(it);

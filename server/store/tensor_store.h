@@ -24,7 +24,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,7 +164,6 @@ class TensorStore {
   std::map<std::string, Entry> tensors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int64_t> used_ ABSL_GUARDED_BY(mu_);
   int64_t total_used_ ABSL_GUARDED_BY(mu_) = 0;
-  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;
 };

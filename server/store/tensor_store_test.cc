@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -118,6 +119,33 @@ TEST_F(TensorStoreTest, UncommittedIsInvisibleAndAbandonable) {
   EXPECT_EQ(
       store->Create("a", "bad/name", DType::kFloat32, {2}, 8).status().code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TensorStoreTest, ServerPickedHandlesCarry128RandomBits) {
+  auto store = MakeStore(1 << 20, 1 << 20, absl::InfiniteDuration());
+  std::set<std::string> handles;
+  for (int i = 0; i < 64; ++i) {
+    const std::string h = Put(*store, "a", 4)->handle;
+    ASSERT_EQ(h.size(), 2u + 32u) << h;
+    EXPECT_EQ(h.substr(0, 2), "t-");
+    EXPECT_EQ(h.find_first_not_of("0123456789abcdef", 2), std::string::npos)
+        << h;
+    handles.insert(h);
+  }
+  EXPECT_EQ(handles.size(), 64u);
+}
+
+TEST_F(TensorStoreTest, ErrorsQuoteAClientStringBounded) {
+  auto store = MakeStore(1000, 1000, absl::InfiniteDuration());
+  const std::string long_handle(65536, 'h');
+  const absl::Status missing = store->Find(long_handle).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(missing.message().size(), 256u) << missing.message().substr(0, 300);
+  EXPECT_THAT(missing.message(), HasSubstr("(65536 bytes)"));
+  const absl::Status bad =
+      store->Create("a", long_handle, DType::kFloat32, {2}, 8).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(bad.message().size(), 256u);
 }
 
 TEST_F(TensorStoreTest, IdleTensorsExpireAndUseRenews) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "base/quote.h"
 #include "base/shape.h"
 #include "base/status_macros.h"
 #include "kernels/core/permute.h"
@@ -127,10 +128,10 @@ absl::StatusOr<char*> ResolveSharedMemory(const v1::SharedMemoryRef& ref,
   uint64_t end = 0;
   if (__builtin_add_overflow(ref.offset(), ref.byte_size(), &end) ||
       end > (*region)->byte_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": the range offset ", ref.offset(),
-                     " + byte_size ", ref.byte_size(), " lies outside region '",
-                     ref.region(), "' of ", (*region)->byte_size(), " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": the range offset ", ref.offset(), " + byte_size ",
+        ref.byte_size(), " lies outside region ", Quoted(ref.region()), " of ",
+        (*region)->byte_size(), " bytes"));
   }
   const absl::Status alive = (*region)->CheckAlive();
   if (!alive.ok()) {
@@ -163,13 +164,13 @@ absl::StatusOr<std::shared_ptr<const StoredTensor>> ResolveHandle(
       t.dtype() != ToProtoDType(s.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".dtype: ", v1::DataType_Name(t.dtype()), " does not match ",
-        DTypeName(s.dtype), " of the stored tensor '", t.handle(), "'"));
+        DTypeName(s.dtype), " of the stored tensor ", Quoted(t.handle())));
   }
   if (t.shape_size() > 0 && !std::equal(t.shape().begin(), t.shape().end(),
                                         s.shape.begin(), s.shape.end())) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".shape: ", ShapeString(t.shape()), " does not match ",
-        ShapeString(s.shape), " of the stored tensor '", t.handle(), "'"));
+        ShapeString(s.shape), " of the stored tensor ", Quoted(t.handle())));
   }
   return stored;
 }
@@ -335,8 +336,8 @@ absl::Status CheckNoOutputAlias(const DecodedRequest& d) {
       const v1::SharedMemoryRef& ref = d.output_targets[i].shared_memory;
       return absl::InvalidArgumentError(absl::StrCat(
           "options.outputs[", i, "].shared_memory: bytes ", ref.offset(),
-          " to ", ref.offset() + ref.byte_size(), " of region '", ref.region(),
-          "' overlap ", other,
+          " to ", ref.offset() + ref.byte_size(), " of region ",
+          Quoted(ref.region()), " overlap ", other,
           "; an output may not alias what the kernel reads or writes"));
     }
   }

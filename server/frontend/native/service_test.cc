@@ -408,6 +408,21 @@ TEST_F(ServiceTest, ForcedVariantIsUsed) {
   EXPECT_GT(forced, 0);
 }
 
+// A client string comes back cut to a short prefix: a 64 KiB variant name
+// is INVALID_ARGUMENT naming the field, not a 64 KiB status message.
+TEST_F(ServiceTest, AHugeVariantNameIsQuotedBounded) {
+  v1::TransposeRequest request;
+  *request.mutable_input() = RandomTensor({9, 4}, v1::DATA_TYPE_FLOAT32, &rng_);
+  request.mutable_options()->set_variant(std::string(65536, 'v'));
+  grpc::ClientContext context;
+  v1::TransposeResponse response;
+  const grpc::Status status = stub_->Transpose(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("options.variant"));
+  EXPECT_THAT(status.error_message(), HasSubstr("(65536 bytes)"));
+  EXPECT_LT(status.error_message().size(), 1024u);
+}
+
 TEST_F(ServiceTest, UnknownForcedVariantListsTheEligibleOnes) {
   v1::TransposeRequest request;
   *request.mutable_input() = RandomTensor({9, 4}, v1::DATA_TYPE_FLOAT32, &rng_);
