@@ -14,8 +14,8 @@ def main():
     server_bin, bench_bin = sys.argv[1], sys.argv[2]
     server = subprocess.Popen(
         [server_bin, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-         "--device=cpu"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True)
+         "--device=cpu", "--allow_client_shm"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = server.stdout.readline()
         match = re.search(r"listening on [^:]+:(\d+)", line)

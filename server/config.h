@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/selection/selector.h"
+#include "server/store/shared_memory.h"
 
 namespace coalesce {
 
@@ -33,6 +34,9 @@ struct ServerConfig {
   int64_t tensor_quota_bytes = int64_t{4} << 30;
   int64_t tensor_cap_bytes = int64_t{8} << 30;
   double tensor_ttl_seconds = 600;
+  // Client shared-memory regions (server/store/shared_memory.h): off unless
+  // allowed, keys under a prefix, regions bounded.
+  SharedMemoryOptions shared_memory;
   // gRPC transport settings, chosen in docs/DATAPATH.md. HTTP/2 streams one
   // connection may carry at once (the bench's --concurrency shares one).
   int max_concurrent_streams = 1024;

@@ -24,6 +24,7 @@
 #include "kernels/backends.h"
 #include "server/metrics/profile_sampling.h"
 #include "server/server.h"
+#include "server/store/mapping_guard.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -73,6 +74,18 @@ ABSL_FLAG(int64_t, tensor_cap_bytes, int64_t{8} << 30,
 ABSL_FLAG(double, tensor_ttl_s, 600,
           "seconds an unused server-side tensor lives before it is freed; 0: "
           "until deleted");
+ABSL_FLAG(bool, allow_client_shm, false,
+          "serve RegisterSharedMemory: clients on this host may name POSIX "
+          "shared-memory objects (keys under --client_shm_key_prefix) for "
+          "the server to map and use as operands");
+ABSL_FLAG(std::string, client_shm_key_prefix, "/coalesce",
+          "with --allow_client_shm: the prefix every key must have (a '/' "
+          "and a name, no further '/'); the server maps no other object");
+ABSL_FLAG(int32_t, max_shm_regions, 256,
+          "shared-memory regions registered at once, all clients together "
+          "(each holds a descriptor and a mapping)");
+ABSL_FLAG(int32_t, max_shm_regions_per_client, 64,
+          "shared-memory regions one client may hold registered at once");
 ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
           "HTTP/2 streams (concurrent RPCs) one connection may carry");
 
@@ -209,6 +222,26 @@ bool CheckFlagValues(std::string* error) {
       return false;
     }
   }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int32_t>{"max_shm_regions",
+                                        absl::GetFlag(FLAGS_max_shm_regions)},
+        {"max_shm_regions_per_client",
+         absl::GetFlag(FLAGS_max_shm_regions_per_client)}}) {
+    if (value < 1 || value > kMaxGuardedMappings) {
+      *error = absl::StrCat("--", flag, " must be 1 to ", kMaxGuardedMappings,
+                            ", not ", value);
+      return false;
+    }
+  }
+  const std::string prefix = absl::GetFlag(FLAGS_client_shm_key_prefix);
+  if (prefix.empty() || prefix[0] != '/' ||
+      prefix.find('/', 1) != std::string::npos) {
+    *error = absl::StrCat(
+        "--client_shm_key_prefix must be '/' and a name with no further '/', "
+        "not '",
+        prefix, "'");
+    return false;
+  }
   if (!(absl::GetFlag(FLAGS_tensor_ttl_s) >= 0)) {
     *error = absl::StrCat("--tensor_ttl_s must be >= 0, not ",
                           absl::GetFlag(FLAGS_tensor_ttl_s));
@@ -243,7 +276,10 @@ int Main(int argc, char** argv) {
       "                  [--profile_sampling=off|sampled]\n"
       "                  [--profile_sampling_fraction=F]\n"
       "                  [--tensor_quota_bytes=N] [--tensor_cap_bytes=N]\n"
-      "                  [--tensor_ttl_s=S] [--max_concurrent_streams=N]\n\n"
+      "                  [--tensor_ttl_s=S] [--max_concurrent_streams=N]\n"
+      "                  [--allow_client_shm] [--client_shm_key_prefix=/P]\n"
+      "                  [--max_shm_regions=N] "
+      "[--max_shm_regions_per_client=N]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
       "then 'coalesce-server metrics on HOST:PORT' on stdout once serving;\n"
       "logs go to stderr. SIGINT or SIGTERM drains and exits. Exit status 2\n"
@@ -311,6 +347,11 @@ int Main(int argc, char** argv) {
   config.tensor_cap_bytes = absl::GetFlag(FLAGS_tensor_cap_bytes);
   config.tensor_ttl_seconds = absl::GetFlag(FLAGS_tensor_ttl_s);
   config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  config.shared_memory.allow = absl::GetFlag(FLAGS_allow_client_shm);
+  config.shared_memory.key_prefix = absl::GetFlag(FLAGS_client_shm_key_prefix);
+  config.shared_memory.max_regions = absl::GetFlag(FLAGS_max_shm_regions);
+  config.shared_memory.max_regions_per_client =
+      absl::GetFlag(FLAGS_max_shm_regions_per_client);
   ParseAutotuneMode(absl::GetFlag(FLAGS_autotune), &config.selection.autotune);
   config.selection.budget_seconds =
       absl::GetFlag(FLAGS_autotune_budget_ms) * 1e-3;

@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     running->tensors->StartSweeper(std::clamp(
         store_options.ttl / 10, absl::Milliseconds(100), absl::Seconds(10)));
   }
-  running->shared_memory = std::make_unique<SharedMemoryRegistry>();
+  running->shared_memory =
+      std::make_unique<SharedMemoryRegistry>(config.shared_memory);
   running->service = std::make_unique<TensorOpsService>(
       backend, config, std::move(backend_reason), running->metrics.get(),
       running->selector.get(), running->tensors.get(),

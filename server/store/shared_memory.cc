@@ -11,15 +11,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/quote.h"
+#include "base/status_macros.h"
 #include "server/store/mapping_guard.h"
 
 namespace coalesce {
 
-SharedMemoryRegion::SharedMemoryRegion(std::string name, std::string key,
-                                       uint64_t offset, uint64_t byte_size,
-                                       int fd, void* mapping,
-                                       uint64_t mapping_bytes)
-    : name_(std::move(name)),
+SharedMemoryRegion::SharedMemoryRegion(std::string owner, std::string name,
+                                       std::string key, uint64_t offset,
+                                       uint64_t byte_size, int fd,
+                                       void* mapping, uint64_t mapping_bytes)
+    : owner_(std::move(owner)),
+      name_(std::move(name)),
       key_(std::move(key)),
       offset_(offset),
       byte_size_(byte_size),
@@ -61,12 +63,44 @@ absl::Status SharedMemoryRegion::CheckAlive() const {
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryRegistry::Register(absl::string_view name,
+SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryOptions options)
+    : options_(std::move(options)) {}
+
+absl::Status SharedMemoryRegistry::CheckRoomLocked(
+    absl::string_view owner) const {
+  if (regions_.size() >= static_cast<size_t>(options_.max_regions)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shared memory: ", regions_.size(),
+        " regions are registered, the server's limit (--max_shm_regions)"));
+  }
+  auto it = per_owner_.find(owner);
+  if (it != per_owner_.end() && it->second >= options_.max_regions_per_client) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shared memory: client ", Quoted(owner), " holds ", it->second,
+        " regions, its limit (--max_shm_regions_per_client)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegistry::Register(absl::string_view owner,
+                                            absl::string_view name,
                                             absl::string_view key,
                                             uint64_t offset,
                                             uint64_t byte_size) {
+  if (!options_.allow) {
+    return absl::FailedPreconditionError(
+        "shared memory is off on this server (start it with "
+        "--allow_client_shm)");
+  }
   if (name.empty()) return absl::InvalidArgumentError("name: required");
   if (key.empty()) return absl::InvalidArgumentError("key: required");
+  const absl::string_view prefix = options_.key_prefix;
+  if (key.size() <= prefix.size() || key.substr(0, prefix.size()) != prefix ||
+      key.find('/', 1) != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key: ", Quoted(key), " must be ", Quoted(prefix),
+        " and a name with no further '/' (--client_shm_key_prefix)"));
+  }
   if (byte_size == 0) {
     return absl::InvalidArgumentError("byte_size: must be > 0");
   }
@@ -78,6 +112,7 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name,
   }
   {
     absl::MutexLock lock(&mu_);
+    COALESCE_RETURN_IF_ERROR(CheckRoomLocked(owner));
     if (regions_.count(name) != 0) {
       return absl::AlreadyExistsError(
           absl::StrCat("name: a shared-memory region ", Quoted(name),
@@ -108,13 +143,18 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name,
         "key: mmap of ", Quoted(key), " failed: ", std::strerror(err)));
   }
   auto region = std::make_shared<const SharedMemoryRegion>(
-      std::string(name), key_string, offset, byte_size, fd, mapping, end);
+      std::string(owner), std::string(name), key_string, offset, byte_size, fd,
+      mapping, end);
   absl::MutexLock lock(&mu_);
+  // Again under the lock that inserts: concurrent registrations passed the
+  // first check together.
+  COALESCE_RETURN_IF_ERROR(CheckRoomLocked(owner));
   if (!regions_.emplace(std::string(name), std::move(region)).second) {
     return absl::AlreadyExistsError(
         absl::StrCat("name: a shared-memory region ", Quoted(name),
                      " is already registered"));
   }
+  ++per_owner_[std::string(owner)];
   return absl::OkStatus();
 }
 
@@ -124,6 +164,10 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
   if (it == regions_.end()) {
     return absl::NotFoundError(
         absl::StrCat("name: no shared-memory region ", Quoted(name)));
+  }
+  auto owner = per_owner_.find(it->second->owner());
+  if (owner != per_owner_.end() && --owner->second == 0) {
+    per_owner_.erase(owner);
   }
   regions_.erase(it);
   return absl::OkStatus();

@@ -13,6 +13,12 @@
 // lost pages read as zeros, and the request, checked again when its kernel
 // is done, fails like every later use of the region.
 //
+// Like Triton's --allow-client-shm, it is off unless the server is started
+// with it on, serves only objects whose key starts with a configured prefix
+// (the server maps no object that was not made for it), and bounds the
+// regions registered at once, in all and per client: each holds an open
+// descriptor and a mapping, and every mapping gets a guard slot.
+//
 // Thread-safety: SharedMemoryRegistry is thread-safe. A region stays mapped
 // while any request holds its shared_ptr, so Unregister never unmaps memory
 // a kernel is using.
@@ -36,13 +42,15 @@ namespace coalesce {
 // reference goes.
 class SharedMemoryRegion {
  public:
-  SharedMemoryRegion(std::string name, std::string key, uint64_t offset,
-                     uint64_t byte_size, int fd, void* mapping,
+  SharedMemoryRegion(std::string owner, std::string name, std::string key,
+                     uint64_t offset, uint64_t byte_size, int fd, void* mapping,
                      uint64_t mapping_bytes);
   ~SharedMemoryRegion();
   SharedMemoryRegion(const SharedMemoryRegion&) = delete;
   SharedMemoryRegion& operator=(const SharedMemoryRegion&) = delete;
 
+  // The client that registered it.
+  const std::string& owner() const { return owner_; }
   const std::string& name() const { return name_; }
   const std::string& key() const { return key_; }
   uint64_t offset() const { return offset_; }
@@ -54,6 +62,7 @@ class SharedMemoryRegion {
   absl::Status CheckAlive() const;
 
  private:
+  const std::string owner_;
   const std::string name_;
   const std::string key_;
   const uint64_t offset_;
@@ -71,14 +80,32 @@ struct SharedMemoryListing {
   uint64_t byte_size = 0;
 };
 
+struct SharedMemoryOptions {
+  // Off: Register answers FAILED_PRECONDITION (--allow_client_shm).
+  bool allow = false;
+  // A key must be this prefix and then a name with no further '/'
+  // (--client_shm_key_prefix).
+  std::string key_prefix = "/coalesce";
+  // Regions registered at once: in all (--max_shm_regions), and by one
+  // client (--max_shm_regions_per_client). Both are at most
+  // kMaxGuardedMappings, so that every mapping is guarded.
+  int max_regions = 256;
+  int max_regions_per_client = 64;
+};
+
 class SharedMemoryRegistry {
  public:
-  // Opens and maps [offset, offset + byte_size) of the object key.
-  // INVALID_ARGUMENT for an empty name or key, a zero byte_size or a range
-  // past the object's end; NOT_FOUND when the object does not exist;
-  // ALREADY_EXISTS when name is registered.
-  absl::Status Register(absl::string_view name, absl::string_view key,
-                        uint64_t offset, uint64_t byte_size);
+  explicit SharedMemoryRegistry(SharedMemoryOptions options = {});
+
+  // Opens and maps [offset, offset + byte_size) of the object key for the
+  // client owner. FAILED_PRECONDITION when shared memory is off;
+  // INVALID_ARGUMENT for an empty name, a key outside the prefix, a zero
+  // byte_size or a range past the object's end; NOT_FOUND when the object
+  // does not exist; ALREADY_EXISTS when name is registered;
+  // RESOURCE_EXHAUSTED past either region limit.
+  absl::Status Register(absl::string_view owner, absl::string_view name,
+                        absl::string_view key, uint64_t offset,
+                        uint64_t byte_size);
   // NOT_FOUND when name is not registered.
   absl::Status Unregister(absl::string_view name);
   std::vector<SharedMemoryListing> List() const;
@@ -88,9 +115,15 @@ class SharedMemoryRegistry {
       absl::string_view name) const;
 
  private:
+  // OK while owner may register one more region.
+  absl::Status CheckRoomLocked(absl::string_view owner) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SharedMemoryOptions options_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const SharedMemoryRegion>, std::less<>>
       regions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int, std::less<>> per_owner_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace coalesce

@@ -40,6 +40,7 @@ class DataPlaneTest : public testing::Test {
     backend_ = CreateCpuBackend(2);
     ServerConfig config;
     config.listen = "127.0.0.1:0";
+    config.shared_memory.allow = true;
     config.tensor_quota_bytes = 1 << 20;
     absl::StatusOr<std::unique_ptr<RunningServer>> server =
         BuildServer(config, backend_.get(), "test");
@@ -509,6 +510,7 @@ class ResidentDataPlaneTest : public testing::Test {
   void SetUp() override {
     ServerConfig config;
     config.listen = "127.0.0.1:0";
+    config.shared_memory.allow = true;
     absl::StatusOr<std::unique_ptr<RunningServer>> server =
         BuildServer(config, &backend_, "test");
     ASSERT_TRUE(server.ok()) << server.status();

@@ -603,14 +603,14 @@ grpc::Status TensorOpsService::ListTensors(
 }
 
 grpc::Status TensorOpsService::RegisterSharedMemory(
-    grpc::ServerContext* /*context*/,
+    grpc::ServerContext* context,
     const v1::RegisterSharedMemoryRequest* request,
     v1::RegisterSharedMemoryResponse* response) {
   Call call(metrics_, Rpc::kRegisterSharedMemory);
-  return call.Finish(
-      shared_memory_->Register(request->name(), request->key(),
-                               request->offset(), request->byte_size()),
-      *request, *response);
+  return call.Finish(shared_memory_->Register(
+                         ClientId(*context), request->name(), request->key(),
+                         request->offset(), request->byte_size()),
+                     *request, *response);
 }
 
 grpc::Status TensorOpsService::UnregisterSharedMemory(

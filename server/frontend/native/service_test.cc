@@ -408,6 +408,21 @@ TEST_F(ServiceTest, ForcedVariantIsUsed) {
   EXPECT_GT(forced, 0);
 }
 
+// Shared memory is off unless the server allows it: an object on this host
+// is never mapped for a client by default.
+TEST_F(ServiceTest, SharedMemoryIsOffByDefault) {
+  v1::RegisterSharedMemoryRequest request;
+  request.set_name("r");
+  request.set_key("/coalesce-anything");
+  request.set_byte_size(8);
+  grpc::ClientContext context;
+  v1::RegisterSharedMemoryResponse response;
+  const grpc::Status status =
+      stub_->RegisterSharedMemory(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("--allow_client_shm"));
+}
+
 // A client string comes back cut to a short prefix: a 64 KiB variant name
 // is INVALID_ARGUMENT naming the field, not a 64 KiB status message.
 TEST_F(ServiceTest, AHugeVariantNameIsQuotedBounded) {
