@@ -32,6 +32,8 @@ namespace coalesce::metrics {
 namespace {
 
 constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+constexpr int kWorkers = 32;
+constexpr int kRequestTimeoutMs = 5000;
 
 // civetweb logs through this instead of to stderr on its own.
 int LogMessage(const mg_connection* /*conn*/, const char* message) {
@@ -62,9 +64,16 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   absl::call_once(init_once, [] { mg_init_library(0); });
 
   const std::string ports(address);
+  // A client that opens a request and never finishes it holds a worker
+  // until request_timeout_ms: with 2 workers, two such clients kept every
+  // scrape waiting 10 s. kWorkers leaves scrapes a worker while that many
+  // minus one hold half-open requests (http_server_test: 16 of them), and a
+  // larger flood delays a scrape by at most the timeout.
+  const std::string workers = absl::StrCat(kWorkers);
+  const std::string timeout_ms = absl::StrCat(kRequestTimeoutMs);
   const char* options[] = {
-      "listening_ports",    ports.c_str(), "num_threads", "2",
-      "request_timeout_ms", "10000",       nullptr};
+      "listening_ports",    ports.c_str(),      "num_threads", workers.c_str(),
+      "request_timeout_ms", timeout_ms.c_str(), nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = LogMessage;
