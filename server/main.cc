@@ -1,15 +1,19 @@
 // coalesce-server: flags and wiring only. Everything it starts is built by
 // CreateBackend (kernels/backends.h) and BuildServer (server/server.h), which
 // the tests use as well.
+#include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
 #include <signal.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -86,6 +90,12 @@ ABSL_FLAG(int32_t, max_shm_regions, 256,
           "(each holds a descriptor and a mapping)");
 ABSL_FLAG(int32_t, max_shm_regions_per_client, 64,
           "shared-memory regions one client may hold registered at once");
+ABSL_FLAG(double, shutdown_grace_s, 10,
+          "after SIGINT or SIGTERM: seconds in-flight calls may run on before "
+          "they are cancelled; the process exits within this plus 1 s");
+ABSL_FLAG(double, measure_budget_s, 30,
+          "seconds one ExplainSelection measure may spend timing variants "
+          "(always within the call's deadline)");
 ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
           "HTTP/2 streams (concurrent RPCs) one connection may carry");
 
@@ -94,9 +104,6 @@ namespace {
 
 // Exit status for command-line errors (as getopt-based tools use).
 constexpr int kUsageExit = 2;
-// How long in-flight RPCs may run on after SIGINT/SIGTERM before they are
-// cancelled.
-constexpr auto kShutdownGrace = std::chrono::seconds(10);
 
 // The flags absl::ParseCommandLine answers with usage text itself; Abseil
 // 20220623 keeps them out of its flag registry.
@@ -242,6 +249,15 @@ bool CheckFlagValues(std::string* error) {
         prefix, "'");
     return false;
   }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, double>{"shutdown_grace_s",
+                                       absl::GetFlag(FLAGS_shutdown_grace_s)},
+        {"measure_budget_s", absl::GetFlag(FLAGS_measure_budget_s)}}) {
+    if (!(value >= 0 && value <= 3600)) {
+      *error = absl::StrCat("--", flag, " must be 0 to 3600, not ", value);
+      return false;
+    }
+  }
   if (!(absl::GetFlag(FLAGS_tensor_ttl_s) >= 0)) {
     *error = absl::StrCat("--tensor_ttl_s must be >= 0, not ",
                           absl::GetFlag(FLAGS_tensor_ttl_s));
@@ -282,7 +298,9 @@ int Main(int argc, char** argv) {
       "[--max_shm_regions_per_client=N]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
       "then 'coalesce-server metrics on HOST:PORT' on stdout once serving;\n"
-      "logs go to stderr. SIGINT or SIGTERM drains and exits. Exit status 2\n"
+      "logs go to stderr. SIGINT or SIGTERM: NOT_SERVING at once, in-flight\n"
+      "calls get --shutdown_grace_s, and the process exits within that plus\n"
+      "1 s. Exit status 2\n"
       "on a command-line error, 1 when it cannot start.");
   // --help lists the flags of files named like the binary by default; these
   // flags live in main.cc.
@@ -357,6 +375,8 @@ int Main(int argc, char** argv) {
       absl::GetFlag(FLAGS_autotune_budget_ms) * 1e-3;
   config.selection.cache_path = absl::GetFlag(FLAGS_tuning_cache);
   config.selection.table_path = absl::GetFlag(FLAGS_tuning_table);
+  config.selection.measure_budget_seconds =
+      absl::GetFlag(FLAGS_measure_budget_s);
   config.selection.build_id = COALESCE_GIT_SHA;
   absl::StatusOr<std::unique_ptr<RunningServer>> server =
       BuildServer(config, choice->backend.get(), choice->reason);
@@ -375,11 +395,37 @@ int Main(int argc, char** argv) {
 
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);
-  spdlog::info("signal {}: draining for up to {} s", signal_number,
-               kShutdownGrace.count());
-  (*server)->server->Shutdown(std::chrono::system_clock::now() +
-                              kShutdownGrace);
-  return 0;
+  const auto grace = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  spdlog::info("signal {}: NOT_SERVING, draining for up to {} ms",
+               signal_number, grace.count());
+  // Health checks answer NOT_SERVING at once, so load balancers stop
+  // sending; no status change after this one.
+  if (grpc::HealthCheckServiceInterface* health =
+          (*server)->server->GetHealthCheckService()) {
+    health->Shutdown();
+  }
+  // A handler that does not notice its cancellation (a kernel or a library
+  // call that cannot be interrupted) must not hold the process: half a
+  // second after the grace the process ends whatever is still running.
+  std::thread([grace] {
+    std::this_thread::sleep_for(grace + std::chrono::milliseconds(500));
+    spdlog::warn("calls still running {} ms after the signal; exiting",
+                 (grace + std::chrono::milliseconds(500)).count());
+    spdlog::shutdown();
+    std::_Exit(0);
+  }).detach();
+  // New calls are refused; calls still running at the deadline are
+  // cancelled, and handlers that ask (ExplainSelection's measure does,
+  // between runs) stop.
+  (*server)->server->Shutdown(std::chrono::system_clock::now() + grace);
+  // Nothing left to flush: the tuning cache is written whole on each tuning
+  // and the rest is memory. Ending here keeps teardown (civetweb's stop
+  // alone waits out a 2 s poll) out of the exit time.
+  spdlog::info("drained; exiting");
+  spdlog::shutdown();
+  std::fflush(stdout);
+  std::_Exit(0);
 }
 
 }  // namespace

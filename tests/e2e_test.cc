@@ -1,10 +1,13 @@
 // End to end: the real coalesce-server (CPU backend, port 0) driven by the
 // real `coalesce` CLI, with .npy files in and out, checked against
 // references computed here.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -152,11 +155,14 @@ CliResult RunCli(const std::vector<std::string>& args) {
 class ServerProcess {
  public:
   // Empty `error` on success.
-  static std::unique_ptr<ServerProcess> Start(std::string* error) {
+  static std::unique_ptr<ServerProcess> Start(
+      std::string* error, const std::vector<std::string>& extra_args = {}) {
     Pipe out = MakePipe();
-    const pid_t pid = Spawn({kServerBinary, "--listen=127.0.0.1:0",
-                             "--metrics_listen=127.0.0.1:0", "--device=cpu"},
-                            out.write_fd, /*stderr_fd=*/-1);
+    std::vector<std::string> args = {kServerBinary, "--listen=127.0.0.1:0",
+                                     "--metrics_listen=127.0.0.1:0",
+                                     "--device=cpu"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    const pid_t pid = Spawn(args, out.write_fd, /*stderr_fd=*/-1);
     close(out.write_fd);
     auto server = std::unique_ptr<ServerProcess>(new ServerProcess(pid));
     // The server announces exactly
@@ -226,9 +232,6 @@ class ServerProcess {
 
   int port() const { return port_; }
 
- private:
-  explicit ServerProcess(pid_t pid) : pid_(pid) {}
-
   // SIGTERM, then SIGKILL if it has not exited in time. Returns the wait
   // status.
   int Stop() {
@@ -248,6 +251,9 @@ class ServerProcess {
     pid_ = -1;
     return status;
   }
+
+ private:
+  explicit ServerProcess(pid_t pid) : pid_(pid) {}
 
   pid_t pid_;
   int port_ = 0;
@@ -789,6 +795,42 @@ TEST_F(E2eTest, MismatchedGemmInputsAreInvalidArgument) {
                WriteInput("b.npy", RandomArray(DType::kFloat32, {6, 3}, 13))});
   EXPECT_EQ(r.exit_code, 1) << r;
   EXPECT_THAT(r.err, HasSubstr("error: INVALID_ARGUMENT")) << r;
+}
+
+// SIGTERM with a long call in flight (ExplainSelection timing a 4096^3
+// GEMM, seconds a run on the CPU) and an idle client connected: the
+// process exits within the grace plus 1 s, and the call ends with an error
+// rather than a result.
+TEST(E2eShutdownTest, SigtermWithALongMeasureInFlightExitsWithinTheGrace) {
+  std::string error;
+  std::unique_ptr<ServerProcess> server =
+      ServerProcess::Start(&error, {"--shutdown_grace_s=1"});
+  ASSERT_NE(server, nullptr) << error;
+  const int idle = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  CliResult measured;
+  std::thread call([&] {
+    measured =
+        RunCli({absl::StrCat("--server=127.0.0.1:", server->port()), "explain",
+                "gemm", "--m=4096", "--n=4096", "--k=4096", "--measure"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto start = std::chrono::steady_clock::now();
+  const int status = server->Stop();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  call.join();
+  close(idle);
+  std::fprintf(stderr, "exited %.2f s after SIGTERM (%s)\n", took,
+               DescribeWaitStatus(status).c_str());
+  EXPECT_LT(took, 2.0);
+  EXPECT_TRUE(WIFEXITED(status)) << DescribeWaitStatus(status);
+  EXPECT_NE(measured.exit_code, 0) << measured;
 }
 
 TEST_F(E2eTest, UsageErrorsExit2) {

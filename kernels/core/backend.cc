@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace coalesce {
 
@@ -158,13 +159,21 @@ absl::StatusOr<BenchmarkResult> Backend::Benchmark(
     }
   }
   RunResult rr;
+  const auto check_cancelled = [&opts](int runs) {
+    return opts.cancelled && opts.cancelled()
+               ? absl::CancelledError(
+                     absl::StrCat("benchmark cancelled after ", runs, " runs"))
+               : absl::OkStatus();
+  };
   for (int i = 0; i < opts.warmup; ++i) {
+    COALESCE_RETURN_IF_ERROR(check_cancelled(i));
     absl::Status st = Execute(v, p, ops[i % sets], &rr);
     if (!st.ok()) return st;
   }
   std::vector<double> t;
   double total = 0;
   for (int i = 0; i < opts.reps; ++i) {
+    COALESCE_RETURN_IF_ERROR(check_cancelled(opts.warmup + i));
     absl::Status st = Execute(v, p, ops[i % sets], &rr);
     if (!st.ok()) return st;
     t.push_back(rr.kernel_seconds);

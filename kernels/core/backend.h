@@ -58,6 +58,10 @@ struct BenchmarkOptions {
   int reps = 30;
   int64_t min_footprint_bytes = int64_t{512} << 20;
   uint64_t seed = 1;
+  // Asked before each run; true stops the benchmark with CANCELLED (the
+  // request that asked for it passed its deadline, its client went away, or
+  // the server is shutting down). Empty: never.
+  std::function<bool()> cancelled;
 };
 
 // Two timings of the same runs. Per launch (median, min, max): an event

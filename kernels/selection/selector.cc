@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -229,6 +229,7 @@ absl::StatusOr<TunedChoice> Selector::TimeVariants(const Problem& p,
   for (const auto& [estimate, v] : order) {
     if (!c.measured.empty() && spent() > budget_seconds) break;
     absl::StatusOr<BenchmarkResult> r = backend_->Benchmark(*v, p, opts);
+    if (r.status().code() == absl::StatusCode::kCancelled) return r.status();
     if (r.ok())
       c.measured.emplace_back(std::string(v->name()), r->median_seconds);
   }
@@ -267,12 +268,14 @@ absl::StatusOr<TunedChoice> Selector::Tune(const Problem& p) {
   return c;
 }
 
-absl::StatusOr<TunedChoice> Selector::Measure(const Problem& p) {
+absl::StatusOr<TunedChoice> Selector::Measure(const Problem& p,
+                                              std::function<bool()> cancelled) {
   BenchmarkOptions bo;
   bo.warmup = kMeasureWarmup;
   bo.reps = kMeasureReps;
   bo.min_footprint_bytes = kMeasureFootprintBytes;
-  return TimeVariants(p, bo, std::numeric_limits<double>::infinity());
+  bo.cancelled = std::move(cancelled);
+  return TimeVariants(p, bo, opts_.measure_budget_seconds);
 }
 
 Explanation Selector::Explain(const Problem& p) {

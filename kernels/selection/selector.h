@@ -19,6 +19,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <set>
@@ -42,6 +43,9 @@ struct SelectorOptions {
   // GPU time one key's tuning may take; variants are timed in order of
   // their heuristic estimate, so the likely winners are timed first.
   double budget_seconds = 0.25;
+  // Time one ExplainSelection measure may take (the variant being timed
+  // when it runs out finishes; at least one is timed).
+  double measure_budget_seconds = 30;
   std::string cache_path;  // empty: the cache lives in memory only
   std::string table_path;  // empty: no shipped table
   std::string build_id;    // invalidates cache files of other builds
@@ -78,10 +82,14 @@ class Selector {
   // winner in the cache (and its file). Used by autotuning and by tests.
   absl::StatusOr<TunedChoice> Tune(const Problem& p);
 
-  // Times every eligible variant of p (Backend::Benchmark on scratch
-  // buffers, rotated past the L2 cache), fastest first, and changes
-  // nothing: ExplainSelection's measure, which `coalesce tune` sweeps with.
-  absl::StatusOr<TunedChoice> Measure(const Problem& p);
+  // Times the eligible variants of p (Backend::Benchmark on scratch
+  // buffers, rotated past the L2 cache), likeliest winners first, within
+  // options' measure_budget_seconds, fastest first, and changes nothing:
+  // ExplainSelection's measure, which `coalesce tune` sweeps with.
+  // cancelled is asked between runs: true ends the measurement with
+  // CANCELLED (the caller's deadline passed or it went away).
+  absl::StatusOr<TunedChoice> Measure(
+      const Problem& p, std::function<bool()> cancelled = nullptr);
 
   std::string KeyOf(const Problem& p) const;
   const TuningStore& cache() const { return cache_; }

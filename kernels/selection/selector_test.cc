@@ -122,6 +122,23 @@ TEST_F(SelectorTest, HeuristicThenTunedCache) {
   EXPECT_EQ(forced->source, "forced");
 }
 
+// Measure asks its caller between runs: once the caller is gone (deadline,
+// cancellation, shutdown) the timing stops with CANCELLED, after the run in
+// flight; a caller that stays gets every eligible variant timed.
+TEST_F(SelectorTest, MeasureStopsOnceItsCallerIsCancelled) {
+  Selector s(backend_.get(), Options());
+  const Problem p = Transpose(512, 384);
+  int asked = 0;
+  absl::StatusOr<TunedChoice> stopped =
+      s.Measure(p, [&asked] { return ++asked > 3; });
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled)
+      << stopped.status();
+  EXPECT_EQ(asked, 4);
+  absl::StatusOr<TunedChoice> whole = s.Measure(p, [] { return false; });
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->measured.size(), 2u);
+}
+
 // The table answers when the cache has nothing. Keys carry their op's
 // variant set version: entries of an op whose variants changed are
 // reported and never match, while the other ops' entries still serve.

@@ -139,6 +139,11 @@ absl::StatusOr<BenchmarkResult> BenchmarkVariant(const KernelVariant& v,
                                                  const BenchmarkOptions& opts,
                                                  const DeviceInfo& device,
                                                  cudaStream_t stream) {
+  // Asked once: every run of a variant is queued as one graph, milliseconds
+  // on the device.
+  if (opts.cancelled && opts.cancelled()) {
+    return absl::CancelledError("benchmark cancelled before it started");
+  }
   const OperandSizes sizes = OperandBytes(p);
   const DType dtype = DTypeOf(p);
   const int sets = BenchmarkSets(MinBytesMoved(p), opts, device);

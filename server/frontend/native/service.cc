@@ -392,8 +392,7 @@ grpc::Status TensorOpsService::GetServerInfo(
 }
 
 grpc::Status TensorOpsService::ExplainSelection(
-    grpc::ServerContext* /*context*/,
-    const v1::ExplainSelectionRequest* request,
+    grpc::ServerContext* context, const v1::ExplainSelectionRequest* request,
     v1::ExplainSelectionResponse* response) {
   Call call(metrics_, Rpc::kExplainSelection);
   const int64_t max = config_.max_tensor_bytes;
@@ -422,7 +421,10 @@ grpc::Status TensorOpsService::ExplainSelection(
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
   Explanation e = selector_->Explain(d->problem);
   if (request->measure()) {
-    absl::StatusOr<TunedChoice> m = selector_->Measure(d->problem);
+    // Asked between runs: the timing stops once the caller's deadline
+    // passes, it goes away, or the server's shutdown grace ends.
+    absl::StatusOr<TunedChoice> m = selector_->Measure(
+        d->problem, [context] { return context->IsCancelled(); });
     if (!m.ok()) return call.Finish(m.status(), *request, *response);
     for (Candidate& c : e.candidates) {
       c.measured_seconds = -1;
