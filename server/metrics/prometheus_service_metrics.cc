@@ -238,7 +238,7 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   kernel_sampled_dram_ = &registry->AddHistogram(
       "coalesce_kernel_sampled_dram_bytes_per_second",
       "DRAM bytes read and written by a sampled request's kernels over their "
-      "device time (CUPTI dram__bytes.sum / gpu__time_duration.sum).",
+      "GPU time (CUPTI dram__bytes.sum / gpu__time_duration.sum).",
       kernel_labels, BandwidthBuckets());
   std::vector<std::string> sample_labels = kernel_labels;
   sample_labels.push_back("outcome");
