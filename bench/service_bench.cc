@@ -57,6 +57,10 @@
 
 ABSL_FLAG(std::string, server, "localhost:50051",
           "service mode: the coalesce-server to drive");
+ABSL_FLAG(std::string, shm_server, "",
+          "service mode: where the shm transport connects: the server's "
+          "--unix_socket as unix:PATH (shared memory is registered only "
+          "there); empty: --server");
 ABSL_FLAG(std::string, op, "transpose",
           "service mode: comma-separated ops (transpose, gelu-ln, echo); Echo "
           "always runs first as the floor");
@@ -279,6 +283,9 @@ void PlaceOutput(const std::string& transport, const std::string& region,
 absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
   ClientOptions options;
   options.server = absl::GetFlag(FLAGS_server);
+  if (p.transport == "shm" && !absl::GetFlag(FLAGS_shm_server).empty()) {
+    options.server = absl::GetFlag(FLAGS_shm_server);
+  }
   options.own_connection = true;
   options.client_id = absl::StrCat("coalesce-bench-", getpid(), "-", w);
   Worker worker;

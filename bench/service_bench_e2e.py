@@ -12,9 +12,11 @@ import tempfile
 
 def main():
     server_bin, bench_bin = sys.argv[1], sys.argv[2]
+    sockets = tempfile.TemporaryDirectory()
+    sock = os.path.join(sockets.name, "coalesce.sock")
     server = subprocess.Popen(
         [server_bin, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-         "--device=cpu", "--allow_client_shm"],
+         "--device=cpu", "--allow_client_shm", "--unix_socket=" + sock],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = server.stdout.readline()
@@ -26,6 +28,7 @@ def main():
             path = os.path.join(tmp, "out.json")
             run = subprocess.run(
                 [bench_bin, "service", "--server=127.0.0.1:" + match.group(1),
+                 "--shm_server=unix:" + sock,
                  "--op=transpose,gelu-ln", "--transport=inline,handle,shm",
                  "--bytes=16384", "--concurrency=2", "--count=20",
                  "--warmup_s=0", "--json=" + path],
@@ -69,6 +72,7 @@ def main():
     finally:
         server.terminate()
         server.wait(timeout=30)
+        sockets.cleanup()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 #include "client/client.h"
 
 #include <algorithm>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,48 @@ absl::Status FromGrpc(const grpc::Status& status) {
                       status.error_message());
 }
 
+// A PEM file's contents; NOT_FOUND when unreadable or empty.
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(what, ": cannot read '", path, "'"));
+  }
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(
+    const ClientOptions& options) {
+  const bool cert = !options.tls_cert_path.empty();
+  if (cert != !options.tls_key_path.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert_path and tls_key_path: give both or neither");
+  }
+  if (options.tls_ca_path.empty()) {
+    if (cert || !options.tls_server_name.empty()) {
+      return absl::InvalidArgumentError(
+          "a client certificate or tls_server_name needs tls_ca_path (TLS)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  auto ca = ReadPem(options.tls_ca_path, "tls_ca_path");
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = *std::move(ca);
+  if (cert) {
+    auto chain = ReadPem(options.tls_cert_path, "tls_cert_path");
+    if (!chain.ok()) return chain.status();
+    auto key = ReadPem(options.tls_key_path, "tls_key_path");
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(chain);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 }  // namespace
 
 class Client::Impl {
@@ -29,6 +73,9 @@ class Client::Impl {
   Impl(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel)
       : timeout_(options.timeout),
         client_id_(options.client_id),
+        authorization_(options.token.empty()
+                           ? ""
+                           : absl::StrCat("Bearer ", options.token)),
         // A chunk and its message framing must fit in one message.
         chunk_bytes_(std::max<int64_t>(
             1, std::min(options.chunk_bytes,
@@ -60,6 +107,9 @@ class Client::Impl {
     if (!client_id_.empty()) {
       context->AddMetadata("x-coalesce-client", client_id_);
     }
+    if (!authorization_.empty()) {
+      context->AddMetadata("authorization", authorization_);
+    }
   }
 
   int64_t chunk_bytes() const { return chunk_bytes_; }
@@ -69,6 +119,7 @@ class Client::Impl {
  private:
   const absl::Duration timeout_;
   const std::string client_id_;
+  const std::string authorization_;
   const int64_t chunk_bytes_;
   std::unique_ptr<v1::TensorOps::Stub> ops_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
@@ -97,8 +148,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.own_connection)
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      options.server, grpc::InsecureChannelCredentials(), args);
+  if (!options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.server, *credentials, args);
   return std::unique_ptr<Client>(
       new Client(std::make_unique<Impl>(options, std::move(channel))));
 }

@@ -26,9 +26,24 @@ struct ClientOptions {
   int64_t max_message_bytes = 2147483647;
   // Deadline of each call; absl::InfiniteDuration() sets none.
   absl::Duration timeout = absl::Minutes(10);
-  // Sent as x-coalesce-client metadata: the name server-side tensors are
-  // charged to. Empty: the server uses the peer address.
+  // Sent as x-coalesce-client metadata: the identity server-side tensors
+  // belong to on a server without authentication. Empty: the server uses
+  // the caller's uid (local socket) or address. A server with
+  // authentication ignores it.
   std::string client_id;
+  // Sent as `authorization: Bearer TOKEN` with every call (a server started
+  // with --auth_tokens). Over plaintext beyond loopback anyone on the path
+  // can read it: use TLS.
+  std::string token;
+  // TLS: a PEM file of the CA certificates the server's certificate must
+  // chain to; empty: plaintext. server may also be unix:PATH (plaintext).
+  std::string tls_ca_path;
+  // mTLS: the client's PEM certificate chain and private key.
+  std::string tls_cert_path;
+  std::string tls_key_path;
+  // The name the server's certificate must carry, when it differs from the
+  // host in server (e.g. connecting by IP address).
+  std::string tls_server_name;
   // Bytes per PutTensor chunk (at most max_message_bytes - 1 KiB).
   int64_t chunk_bytes = int64_t{4} << 20;
   // Open a connection of this client's own instead of sharing one with
@@ -44,9 +59,10 @@ struct FetchedTensor {
 
 class Client {
  public:
-  // Creates the channel (insecure credentials). gRPC connects lazily: an
-  // unreachable server shows up as UNAVAILABLE on the first call. Fails only
-  // on invalid options (INVALID_ARGUMENT).
+  // Creates the channel (TLS when tls_ca_path is set, else plaintext). gRPC
+  // connects lazily: an unreachable server shows up as UNAVAILABLE on the
+  // first call. Fails only on invalid options (INVALID_ARGUMENT) or an
+  // unreadable PEM file (NOT_FOUND).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
 

@@ -6,11 +6,22 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernels/selection/selector.h"
+#include "server/auth/token_file.h"
 #include "server/store/shared_memory.h"
 
 namespace coalesce {
+
+// TLS on the gRPC port: PEM files. cert and key together turn TLS on;
+// client_ca also requires and verifies a client certificate (mTLS), whose
+// subject's common name is then the caller's identity.
+struct TlsConfig {
+  std::string cert_path;
+  std::string key_path;
+  std::string client_ca_path;
+};
 
 struct ServerConfig {
   // host:port to serve gRPC on; port 0 binds a free port (RunningServer says
@@ -29,11 +40,24 @@ struct ServerConfig {
   // Variant selection: autotuning mode, tuning cache and shipped table
   // (kernels/selection/selector.h).
   SelectorOptions selection;
+  // Transport security and authentication (server/auth/authenticator.h).
+  TlsConfig tls;
+  // Bearer tokens (--auth_tokens, already parsed); empty: none.
+  TokenTable auth_tokens;
+  // Client-certificate identities with the admin role.
+  std::vector<std::string> admin_identities;
+  // Path of the local Unix-socket listener (server/auth/local_socket.h);
+  // empty: none. Shared memory is registered only over it.
+  std::string unix_socket;
   // Tensors kept on the server (server/store/tensor_store.h): bytes per client,
   // bytes in all, and how long an unused tensor lives (0: until deleted).
   int64_t tensor_quota_bytes = int64_t{4} << 30;
   int64_t tensor_cap_bytes = int64_t{8} << 30;
   double tensor_ttl_seconds = 600;
+  // Uploads: at once per client, and how long one may stall before it is
+  // ended and its reservation freed (0: never).
+  int max_uploads_per_client = 4;
+  double upload_idle_timeout_seconds = 60;
   // Client shared-memory regions (server/store/shared_memory.h): off unless
   // allowed, keys under a prefix, regions bounded.
   SharedMemoryOptions shared_memory;

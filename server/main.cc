@@ -21,14 +21,16 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "kernels/backends.h"
+#include "server/auth/token_file.h"
 #include "server/metrics/profile_sampling.h"
 #include "server/server.h"
-#include "server/store/mapping_guard.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -70,18 +72,41 @@ ABSL_FLAG(std::string, tuning_cache, "",
 ABSL_FLAG(std::string, tuning_table, "",
           "shipped table of choices measured on a device of this name "
           "(written by `coalesce tune`), consulted after the cache");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: with --tls_key, serve gRPC over TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates: require a client certificate signed by one "
+          "(mTLS); its subject's common name is the caller's identity");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "file of bearer tokens, one 'TOKEN IDENTITY ROLE' per line (role "
+          "user or admin); every call must then carry 'authorization: "
+          "Bearer TOKEN' (or a client certificate with --tls_client_ca)");
+ABSL_FLAG(std::string, admin_identities, "",
+          "comma-separated client-certificate identities with the admin "
+          "role (tuning, ExplainSelection measure); others are users");
+ABSL_FLAG(std::string, unix_socket, "",
+          "also serve gRPC on this Unix-domain socket path, where the "
+          "kernel tells the server each caller's uid; shared memory is "
+          "registered only here");
 ABSL_FLAG(int64_t, tensor_quota_bytes, int64_t{4} << 30,
-          "bytes of server-side tensors (handles) one client may hold; the "
-          "client is the x-coalesce-client metadata, else its address");
+          "bytes of server-side tensors (handles) one identity may hold, "
+          "counted until the memory is freed");
 ABSL_FLAG(int64_t, tensor_cap_bytes, int64_t{8} << 30,
           "bytes of server-side tensors all clients together may hold");
 ABSL_FLAG(double, tensor_ttl_s, 600,
           "seconds an unused server-side tensor lives before it is freed; 0: "
           "until deleted");
+ABSL_FLAG(int32_t, max_uploads_per_client, 4,
+          "PutTensor uploads one identity may have in progress at once");
+ABSL_FLAG(double, upload_idle_timeout_s, 60,
+          "an upload that receives nothing for this long is ended and its "
+          "reservation freed; 0: never");
 ABSL_FLAG(bool, allow_client_shm, false,
-          "serve RegisterSharedMemory: clients on this host may name POSIX "
-          "shared-memory objects (keys under --client_shm_key_prefix) for "
-          "the server to map and use as operands");
+          "serve RegisterSharedMemory (over --unix_socket): clients on this "
+          "host may name POSIX shared-memory objects they own (keys under "
+          "--client_shm_key_prefix) for the server to map and use as "
+          "operands");
 ABSL_FLAG(std::string, client_shm_key_prefix, "/coalesce",
           "with --allow_client_shm: the prefix every key must have (a '/' "
           "and a name, no further '/'); the server maps no other object");
@@ -104,6 +129,8 @@ namespace {
 
 // Exit status for command-line errors (as getopt-based tools use).
 constexpr int kUsageExit = 2;
+// Each region holds a descriptor: far below any sane RLIMIT_NOFILE.
+constexpr int32_t kMaxShmRegions = 65536;
 
 // The flags absl::ParseCommandLine answers with usage text itself; Abseil
 // 20220623 keeps them out of its flag registry.
@@ -233,9 +260,11 @@ bool CheckFlagValues(std::string* error) {
        {std::pair<const char*, int32_t>{"max_shm_regions",
                                         absl::GetFlag(FLAGS_max_shm_regions)},
         {"max_shm_regions_per_client",
-         absl::GetFlag(FLAGS_max_shm_regions_per_client)}}) {
-    if (value < 1 || value > kMaxGuardedMappings) {
-      *error = absl::StrCat("--", flag, " must be 1 to ", kMaxGuardedMappings,
+         absl::GetFlag(FLAGS_max_shm_regions_per_client)},
+        {"max_uploads_per_client",
+         absl::GetFlag(FLAGS_max_uploads_per_client)}}) {
+    if (value < 1 || value > kMaxShmRegions) {
+      *error = absl::StrCat("--", flag, " must be 1 to ", kMaxShmRegions,
                             ", not ", value);
       return false;
     }
@@ -252,7 +281,9 @@ bool CheckFlagValues(std::string* error) {
   for (const auto& [flag, value] :
        {std::pair<const char*, double>{"shutdown_grace_s",
                                        absl::GetFlag(FLAGS_shutdown_grace_s)},
-        {"measure_budget_s", absl::GetFlag(FLAGS_measure_budget_s)}}) {
+        {"measure_budget_s", absl::GetFlag(FLAGS_measure_budget_s)},
+        {"upload_idle_timeout_s",
+         absl::GetFlag(FLAGS_upload_idle_timeout_s)}}) {
     if (!(value >= 0 && value <= 3600)) {
       *error = absl::StrCat("--", flag, " must be 0 to 3600, not ", value);
       return false;
@@ -295,7 +326,12 @@ int Main(int argc, char** argv) {
       "                  [--tensor_ttl_s=S] [--max_concurrent_streams=N]\n"
       "                  [--allow_client_shm] [--client_shm_key_prefix=/P]\n"
       "                  [--max_shm_regions=N] "
-      "[--max_shm_regions_per_client=N]\n\n"
+      "[--max_shm_regions_per_client=N]\n"
+      "                  [--tls_cert=PEM --tls_key=PEM] "
+      "[--tls_client_ca=PEM]\n"
+      "                  [--auth_tokens=FILE] [--admin_identities=A,B]\n"
+      "                  [--unix_socket=PATH] [--max_uploads_per_client=N]\n"
+      "                  [--upload_idle_timeout_s=S]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
       "then 'coalesce-server metrics on HOST:PORT' on stdout once serving;\n"
       "logs go to stderr. SIGINT or SIGTERM: NOT_SERVING at once, in-flight\n"
@@ -365,6 +401,33 @@ int Main(int argc, char** argv) {
   config.tensor_cap_bytes = absl::GetFlag(FLAGS_tensor_cap_bytes);
   config.tensor_ttl_seconds = absl::GetFlag(FLAGS_tensor_ttl_s);
   config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  config.max_uploads_per_client = absl::GetFlag(FLAGS_max_uploads_per_client);
+  config.upload_idle_timeout_seconds =
+      absl::GetFlag(FLAGS_upload_idle_timeout_s);
+  config.tls.cert_path = absl::GetFlag(FLAGS_tls_cert);
+  config.tls.key_path = absl::GetFlag(FLAGS_tls_key);
+  config.tls.client_ca_path = absl::GetFlag(FLAGS_tls_client_ca);
+  config.unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  for (absl::string_view id :
+       absl::StrSplit(absl::GetFlag(FLAGS_admin_identities), ',',
+                      absl::SkipWhitespace())) {
+    config.admin_identities.emplace_back(absl::StripAsciiWhitespace(id));
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_auth_tokens);
+      !path.empty()) {
+    absl::StatusOr<TokenTable> tokens = LoadTokenFile(path);
+    if (!tokens.ok()) {
+      spdlog::critical("--auth_tokens: {}",
+                       std::string(tokens.status().message()));
+      return 1;
+    }
+    if (tokens->entries.empty()) {
+      spdlog::critical("--auth_tokens: '{}' holds no token", path);
+      return 1;
+    }
+    config.auth_tokens = *std::move(tokens);
+    spdlog::info("--auth_tokens: {} tokens", config.auth_tokens.entries.size());
+  }
   config.shared_memory.allow = absl::GetFlag(FLAGS_allow_client_shm);
   config.shared_memory.key_prefix = absl::GetFlag(FLAGS_client_shm_key_prefix);
   config.shared_memory.max_regions = absl::GetFlag(FLAGS_max_shm_regions);
@@ -392,6 +455,15 @@ int Main(int argc, char** argv) {
             << " (backend " << backend_name << ")\n"
             << "coalesce-server metrics on " << metrics_host << ":"
             << (*server)->metrics_port << std::endl;
+  if (!config.unix_socket.empty()) {
+    spdlog::info("also serving on unix:{}", config.unix_socket);
+  }
+  if (config.shared_memory.allow && config.unix_socket.empty()) {
+    spdlog::warn(
+        "--allow_client_shm without --unix_socket: shared memory is "
+        "registered only over the local socket, so every registration will "
+        "be refused");
+  }
 
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);

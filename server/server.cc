@@ -8,15 +8,85 @@
 #include <grpcpp/server_builder.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "server/metrics/prometheus_service_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace coalesce {
 namespace {
+
+// A PEM file's contents; NOT_FOUND naming the flag when unreadable.
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("--", flag, ": cannot read '", path, "'"));
+  }
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+    const TlsConfig& tls) {
+  if (tls.cert_path.empty() != tls.key_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key: give both or neither");
+  }
+  if (tls.cert_path.empty()) {
+    if (!tls.client_ca_path.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  COALESCE_ASSIGN_OR_RETURN(std::string cert,
+                            ReadPem(tls.cert_path, "tls_cert"));
+  COALESCE_ASSIGN_OR_RETURN(std::string key, ReadPem(tls.key_path, "tls_key"));
+  grpc::SslServerCredentialsOptions options(
+      tls.client_ca_path.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  if (!tls.client_ca_path.empty()) {
+    COALESCE_ASSIGN_OR_RETURN(options.pem_root_certs,
+                              ReadPem(tls.client_ca_path, "tls_client_ca"));
+  }
+  options.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
+  return grpc::SslServerCredentials(options);
+}
+
+// Whether host:port binds only the loopback interface.
+bool IsLoopback(absl::string_view address) {
+  absl::string_view host = address.substr(0, address.rfind(':'));
+  return absl::StartsWith(host, "127.") || host == "[::1]" ||
+         host == "localhost" || host == "::1";
+}
+
+// Says loudly what an exposed server lacks; once per start.
+void WarnIfExposed(const ServerConfig& config, bool authenticated) {
+  if (config.listen.empty() || IsLoopback(config.listen)) return;
+  if (!authenticated) {
+    spdlog::warn(
+        "*** {} is served WITHOUT AUTHENTICATION: any client that reaches "
+        "it can run ops, read and delete every client's tensors, and claim "
+        "any identity. Give --auth_tokens (and --tls_cert/--tls_key) or "
+        "--tls_client_ca, or listen on 127.0.0.1 only. ***",
+        config.listen);
+  } else if (config.tls.cert_path.empty()) {
+    spdlog::warn(
+        "*** {} carries bearer tokens in PLAINTEXT: anyone on the path can "
+        "read and replay them. Give --tls_cert and --tls_key. ***",
+        config.listen);
+  }
+}
 
 // Autotuning activity, read from the selector when Prometheus scrapes.
 void AddSelectionMetrics(metrics::Registry* registry,
@@ -84,23 +154,37 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   store_options.ttl = config.tensor_ttl_seconds > 0
                           ? absl::Seconds(config.tensor_ttl_seconds)
                           : absl::InfiniteDuration();
+  store_options.upload_idle_timeout =
+      config.upload_idle_timeout_seconds > 0
+          ? absl::Seconds(config.upload_idle_timeout_seconds)
+          : absl::InfiniteDuration();
+  store_options.max_uploads_per_owner = config.max_uploads_per_client;
   running->tensors = std::make_unique<TensorStore>(
       store_options, running->tensor_memory.get());
-  if (store_options.ttl != absl::InfiniteDuration()) {
-    // A tenth of the TTL: a tensor outlives it by at most 10%.
-    running->tensors->StartSweeper(std::clamp(
-        store_options.ttl / 10, absl::Milliseconds(100), absl::Seconds(10)));
+  if (store_options.ttl != absl::InfiniteDuration() ||
+      store_options.upload_idle_timeout != absl::InfiniteDuration()) {
+    running->tensors->StartSweeper(TensorStore::SweepPeriod(store_options));
   }
   running->shared_memory =
       std::make_unique<SharedMemoryRegistry>(config.shared_memory);
+  COALESCE_ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::ServerCredentials> credentials,
+      Credentials(config.tls));
+  running->peer_credentials = std::make_unique<PeerCredentials>();
+  AuthOptions auth;
+  auth.tokens = config.auth_tokens;
+  auth.client_certificates = !config.tls.client_ca_path.empty();
+  auth.admin_identities = config.admin_identities;
+  running->authenticator = std::make_unique<Authenticator>(
+      std::move(auth), running->peer_credentials.get());
+  WarnIfExposed(config, running->authenticator->enabled());
   running->service = std::make_unique<TensorOpsService>(
       backend, config, std::move(backend_reason), running->metrics.get(),
       running->selector.get(), running->tensors.get(),
-      running->shared_memory.get());
+      running->shared_memory.get(), running->authenticator.get());
   grpc::ServerBuilder builder;
   if (!config.listen.empty()) {
-    builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
-                             &running->port);
+    builder.AddListeningPort(config.listen, credentials, &running->port);
   }
   // Transport settings; docs/DATAPATH.md says why each is what it is.
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
@@ -121,6 +205,12 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                      "': the address is malformed, in use or not local"));
   }
   running->service->AttachHealth(running->server->GetHealthCheckService());
+  if (!config.unix_socket.empty()) {
+    COALESCE_ASSIGN_OR_RETURN(
+        running->local_socket,
+        LocalSocketListener::Start(config.unix_socket, running->server.get(),
+                                   running->peer_credentials.get()));
+  }
   return running;
 }
 

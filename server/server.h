@@ -18,6 +18,8 @@
 #include "absl/status/statusor.h"
 #include "kernels/core/backend.h"
 #include "kernels/selection/selector.h"
+#include "server/auth/authenticator.h"
+#include "server/auth/local_socket.h"
 #include "server/config.h"
 #include "server/frontend/native/service.h"
 #include "server/metrics/http_server.h"
@@ -46,8 +48,14 @@ struct RunningServer {
   std::unique_ptr<TensorMemory> tensor_memory;
   std::unique_ptr<TensorStore> tensors;
   std::unique_ptr<SharedMemoryRegistry> shared_memory;
+  // Who each call is (server/auth/): the uids of local-socket peers and the
+  // per-call identity.
+  std::unique_ptr<PeerCredentials> peer_credentials;
+  std::unique_ptr<Authenticator> authenticator;
   std::unique_ptr<TensorOpsService> service;
   std::unique_ptr<grpc::Server> server;
+  // Accepts local-socket connections into server; stopped first.
+  std::unique_ptr<LocalSocketListener> local_socket;
   // The TCP port actually bound (config.listen may ask for port 0); 0 when
   // config.listen is empty.
   int port = 0;
@@ -57,7 +65,8 @@ struct RunningServer {
 
 // Starts a server on config.listen serving backend (not owned; it must
 // outlive the server). backend_reason is what GetServerInfo reports as the
-// reason for this backend. UNAVAILABLE when an address cannot be bound.
+// reason for this backend. UNAVAILABLE when an address cannot be bound;
+// NOT_FOUND or INVALID_ARGUMENT for unreadable TLS files.
 absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     const ServerConfig& config, Backend* backend, std::string backend_reason);
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -19,6 +21,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -34,7 +37,20 @@
 #include "client/client.h"
 
 // Connection.
-ABSL_FLAG(std::string, server, "localhost:50051", "Server address, HOST:PORT.");
+ABSL_FLAG(std::string, server, "localhost:50051",
+          "Server address, HOST:PORT or unix:PATH.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates the server's certificate must chain to: "
+          "connect over TLS.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate chain (mTLS), with --tls_key.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name the server's certificate must carry, when it is not the host "
+          "in --server.");
+ABSL_FLAG(std::string, token_file, "",
+          "File whose first line is the bearer token to send (the "
+          "COALESCE_TOKEN environment variable is used when this is unset).");
 ABSL_FLAG(int64_t, max_message_bytes, 2147483647,
           "Largest gRPC message sent or received, in bytes.");
 ABSL_FLAG(double, timeout_s, 600, "Deadline of each call, in seconds.");
@@ -45,7 +61,7 @@ namespace {
 constexpr char kUsage[] =
     R"(command-line client of the Coalesce tensor-ops server.
 
-usage: coalesce [--server=HOST:PORT] SUBCOMMAND [flags]
+usage: coalesce [--server=HOST:PORT|unix:PATH] SUBCOMMAND [flags]
 
 subcommands:
   info        backend, devices, build, limits and kernel variants by op
@@ -93,8 +109,12 @@ flags of every op:
                     to FILE.h.npy); without it, print a one-line summary
   --report          print the kernel report (variant, why, time, GB/s, ...)
   --variant=NAME    force a kernel variant (names: coalesce info)
-  --server=HOST:PORT (default localhost:50051), --max_message_bytes=N,
-  --timeout_s=S
+  --server=HOST:PORT or unix:PATH (default localhost:50051),
+  --max_message_bytes=N, --timeout_s=S
+  --tls_ca=PEM      connect over TLS (--tls_cert=PEM --tls_key=PEM: mTLS;
+                    --tls_server_name=NAME when it is not the --server host)
+  --token_file=F    send the bearer token on F's first line (else
+                    $COALESCE_TOKEN, if set)
 
 exit status: 0 success; 1 error, printed as "error: CODE: message";
 2 usage error.)";
@@ -160,6 +180,21 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectFromFlags() {
   const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (!(timeout_s > 0)) return UsageError("--timeout_s must be > 0");
   options.timeout = absl::Seconds(timeout_s);
+  options.tls_ca_path = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_path = absl::GetFlag(FLAGS_tls_key);
+  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  // Never a flag value: command lines are visible to every local user.
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    std::ifstream in(path);
+    std::string line;
+    if (!std::getline(in, line)) {
+      return UsageError(absl::StrCat("--token_file: cannot read '", path, "'"));
+    }
+    options.token = std::string(absl::StripAsciiWhitespace(line));
+  } else if (const char* token = std::getenv("COALESCE_TOKEN")) {
+    options.token = std::string(absl::StripAsciiWhitespace(token));
+  }
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   if (!client.ok()) return UsageError(client.status().message());
   return client;

@@ -141,7 +141,8 @@ absl::StatusOr<Selection> Selector::Choose(const std::string& key,
 }
 
 absl::StatusOr<Selection> Selector::Select(const Problem& p,
-                                           absl::string_view forced) {
+                                           absl::string_view forced,
+                                           const SelectContext& context) {
   if (!forced.empty()) {
     return SelectVariant(backend_->registry(), p, backend_->device(), forced);
   }
@@ -149,6 +150,10 @@ absl::StatusOr<Selection> Selector::Select(const Problem& p,
   absl::StatusOr<Selection> h = Choose(key, p);
   if (!h.ok() || h->source != "heuristic" ||
       opts_.autotune == AutotuneMode::kOff) {
+    return h;
+  }
+  if (!context.may_tune) {
+    h->reason += " (not tuned: tuning needs the admin role)";
     return h;
   }
   if (!BeginTuning(key)) {
@@ -163,7 +168,7 @@ absl::StatusOr<Selection> Selector::Select(const Problem& p,
     h->reason += " (tuning queued)";
     return h;
   }
-  absl::StatusOr<TunedChoice> tuned = Tune(p);
+  absl::StatusOr<TunedChoice> tuned = Tune(p, context.cancelled);
   EndTuning(key);
   const KernelVariant* v = nullptr;
   if (tuned.ok() && Lookup(key, p, cache_, &v) != nullptr) {
@@ -244,8 +249,10 @@ absl::StatusOr<TunedChoice> Selector::TimeVariants(const Problem& p,
   return c;
 }
 
-absl::StatusOr<TunedChoice> Selector::Tune(const Problem& p) {
+absl::StatusOr<TunedChoice> Selector::Tune(const Problem& p,
+                                           std::function<bool()> cancelled) {
   BenchmarkOptions bo;
+  bo.cancelled = std::move(cancelled);
   bo.warmup = kTuneWarmup;
   bo.reps = kTuneReps;
   bo.min_footprint_bytes = 0;  // one buffer set: ranking, not absolute figures

@@ -51,6 +51,17 @@ struct SelectorOptions {
   std::string build_id;    // invalidates cache files of other builds
 };
 
+// What one request allows Select to do beyond choosing.
+struct SelectContext {
+  // Whether a miss may start a tuning: tuning spends device time on the
+  // server's behalf, which only the admin role may ask for.
+  bool may_tune = true;
+  // Asked between the timed runs of an eager tuning: true stops it (the
+  // caller's deadline passed or it went away) and the heuristic choice
+  // stands.
+  std::function<bool()> cancelled;
+};
+
 struct Candidate {
   std::string variant;
   bool eligible = false;
@@ -75,12 +86,15 @@ class Selector {
   // or corrupt one is ignored and described in *warnings (never fatal).
   void Init(std::vector<std::string>* warnings);
 
-  absl::StatusOr<Selection> Select(const Problem& p, absl::string_view forced);
+  absl::StatusOr<Selection> Select(const Problem& p, absl::string_view forced,
+                                   const SelectContext& context = {});
   Explanation Explain(const Problem& p);
 
   // Times every eligible variant of p within the budget and records the
   // winner in the cache (and its file). Used by autotuning and by tests.
-  absl::StatusOr<TunedChoice> Tune(const Problem& p);
+  // cancelled, asked between runs, ends it early with CANCELLED.
+  absl::StatusOr<TunedChoice> Tune(const Problem& p,
+                                   std::function<bool()> cancelled = nullptr);
 
   // Times the eligible variants of p (Backend::Benchmark on scratch
   // buffers, rotated past the L2 cache), likeliest winners first, within

@@ -8,23 +8,31 @@
 // FAILED_PRECONDITION (shared_memory.h). A SIGBUS anywhere else goes to the
 // handler that was installed before, or to the default action.
 //
-// Thread-safety: all functions are thread-safe; the signal handler only
-// reads the table of guarded mappings and sets flags (async-signal-safe).
+// Every mapping can be guarded: the slots live in chunks that are added as
+// needed and never freed (a released slot is reused), so the number of
+// guarded mappings is bounded only by memory.
+//
+// Thread-safety: all functions are thread-safe. The signal handler only
+// reads atomics (the chunk list and each slot's range) and sets a flag, so
+// it is async-signal-safe and sees every mapping guarded before the fault.
 #pragma once
 
 #include <cstddef>
 
+#include "absl/status/statusor.h"
+
 namespace coalesce {
 
-// Guards [base, base + bytes): the slot to pass to the functions below, or
-// -1 when all kMaxGuardedMappings slots are taken (the mapping then stays
-// unguarded, as every mapping was before). Installs the handler on first
-// use.
-inline constexpr int kMaxGuardedMappings = 1024;
-int GuardMapping(void* base, size_t bytes);
-// Stops guarding; call before unmapping. slot -1 is a no-op.
-void UnguardMapping(int slot);
+// A guarded mapping's slot; opaque. Valid from GuardMapping until
+// UnguardMapping.
+struct MappingGuardSlot;
+
+// Guards [base, base + bytes) and installs the handler on first use.
+// RESOURCE_EXHAUSTED when no memory is left for another chunk of slots.
+absl::StatusOr<MappingGuardSlot*> GuardMapping(void* base, size_t bytes);
+// Stops guarding; call before unmapping. The slot may be reused at once.
+void UnguardMapping(MappingGuardSlot* slot);
 // Whether a page of the slot's mapping faulted since it was guarded.
-bool MappingFaulted(int slot);
+bool MappingFaulted(const MappingGuardSlot* slot);
 
 }  // namespace coalesce

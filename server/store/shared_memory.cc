@@ -15,11 +15,20 @@
 #include "server/store/mapping_guard.h"
 
 namespace coalesce {
+namespace {
+
+absl::Status AlreadyRegistered(absl::string_view name) {
+  return absl::AlreadyExistsError(absl::StrCat(
+      "name: a shared-memory region ", Quoted(name), " is already registered"));
+}
+
+}  // namespace
 
 SharedMemoryRegion::SharedMemoryRegion(std::string owner, std::string name,
                                        std::string key, uint64_t offset,
                                        uint64_t byte_size, int fd,
-                                       void* mapping, uint64_t mapping_bytes)
+                                       void* mapping, uint64_t mapping_bytes,
+                                       MappingGuardSlot* guard_slot)
     : owner_(std::move(owner)),
       name_(std::move(name)),
       key_(std::move(key)),
@@ -28,7 +37,7 @@ SharedMemoryRegion::SharedMemoryRegion(std::string owner, std::string name,
       fd_(fd),
       mapping_(mapping),
       mapping_bytes_(mapping_bytes),
-      guard_slot_(GuardMapping(mapping, mapping_bytes)) {}
+      guard_slot_(guard_slot) {}
 
 SharedMemoryRegion::~SharedMemoryRegion() {
   UnguardMapping(guard_slot_);
@@ -85,12 +94,18 @@ absl::Status SharedMemoryRegistry::CheckRoomLocked(
 absl::Status SharedMemoryRegistry::Register(absl::string_view owner,
                                             absl::string_view name,
                                             absl::string_view key,
-                                            uint64_t offset,
-                                            uint64_t byte_size) {
+                                            uint64_t offset, uint64_t byte_size,
+                                            std::optional<uid_t> caller_uid) {
   if (!options_.allow) {
     return absl::FailedPreconditionError(
         "shared memory is off on this server (start it with "
         "--allow_client_shm)");
+  }
+  if (!caller_uid.has_value()) {
+    return absl::PermissionDeniedError(
+        "shared memory is registered only over the server's local socket "
+        "(--unix_socket), where the kernel reports the caller's uid; this call "
+        "came another way");
   }
   if (name.empty()) return absl::InvalidArgumentError("name: required");
   if (key.empty()) return absl::InvalidArgumentError("key: required");
@@ -110,17 +125,16 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view owner,
     return absl::InvalidArgumentError(absl::StrCat(
         "offset + byte_size: ", offset, " + ", byte_size, " overflows"));
   }
+  std::pair<std::string, std::string> id(owner, name);
   {
     absl::MutexLock lock(&mu_);
     COALESCE_RETURN_IF_ERROR(CheckRoomLocked(owner));
-    if (regions_.count(name) != 0) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("name: a shared-memory region ", Quoted(name),
-                       " is already registered"));
-    }
+    if (regions_.count(id) != 0) return AlreadyRegistered(name);
   }
   const std::string key_string(key);
-  const int fd = shm_open(key_string.c_str(), O_RDWR, 0);
+  // No symlink in /dev/shm leads the server to another object.
+  const int fd =
+      shm_open(key_string.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
     const int err = errno;
     const std::string message = absl::StrCat("key: shm_open(", Quoted(key),
@@ -129,7 +143,20 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view owner,
                          : absl::InvalidArgumentError(message);
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < end) {
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat("key: fstat of ", Quoted(key),
+                                            " failed: ", std::strerror(err)));
+  }
+  // Before the size: another user's object reveals nothing.
+  if (st.st_uid != *caller_uid) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "key: the object ", Quoted(key),
+        " does not belong to the caller's uid; register an object you own"));
+  }
+  if (static_cast<uint64_t>(st.st_size) < end) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
         "byte_size: the range [", offset, ", ", end, ") lies past the end of ",
@@ -142,50 +169,59 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view owner,
     return absl::InvalidArgumentError(absl::StrCat(
         "key: mmap of ", Quoted(key), " failed: ", std::strerror(err)));
   }
+  absl::StatusOr<MappingGuardSlot*> slot = GuardMapping(mapping, end);
+  if (!slot.ok()) {
+    munmap(mapping, end);
+    close(fd);
+    return slot.status();
+  }
   auto region = std::make_shared<const SharedMemoryRegion>(
       std::string(owner), std::string(name), key_string, offset, byte_size, fd,
-      mapping, end);
+      mapping, end, *slot);
   absl::MutexLock lock(&mu_);
   // Again under the lock that inserts: concurrent registrations passed the
   // first check together.
   COALESCE_RETURN_IF_ERROR(CheckRoomLocked(owner));
-  if (!regions_.emplace(std::string(name), std::move(region)).second) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("name: a shared-memory region ", Quoted(name),
-                     " is already registered"));
+  if (!regions_.emplace(std::move(id), std::move(region)).second) {
+    return AlreadyRegistered(name);
   }
   ++per_owner_[std::string(owner)];
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
+absl::Status SharedMemoryRegistry::Unregister(absl::string_view owner,
+                                              absl::string_view name) {
   absl::MutexLock lock(&mu_);
-  auto it = regions_.find(name);
+  auto it = regions_.find({std::string(owner), std::string(name)});
   if (it == regions_.end()) {
     return absl::NotFoundError(
         absl::StrCat("name: no shared-memory region ", Quoted(name)));
   }
-  auto owner = per_owner_.find(it->second->owner());
-  if (owner != per_owner_.end() && --owner->second == 0) {
-    per_owner_.erase(owner);
+  auto count = per_owner_.find(owner);
+  if (count != per_owner_.end() && --count->second == 0) {
+    per_owner_.erase(count);
   }
   regions_.erase(it);
   return absl::OkStatus();
 }
 
-std::vector<SharedMemoryListing> SharedMemoryRegistry::List() const {
+std::vector<SharedMemoryListing> SharedMemoryRegistry::List(
+    absl::string_view owner) const {
   absl::MutexLock lock(&mu_);
   std::vector<SharedMemoryListing> out;
-  for (const auto& [name, r] : regions_) {
-    out.push_back({r->name(), r->key(), r->offset(), r->byte_size()});
+  for (auto it = regions_.lower_bound({std::string(owner), std::string()});
+       it != regions_.end() && it->first.first == owner; ++it) {
+    const SharedMemoryRegion& r = *it->second;
+    out.push_back({r.name(), r.key(), r.offset(), r.byte_size()});
   }
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>>
-SharedMemoryRegistry::Find(absl::string_view name) const {
+SharedMemoryRegistry::Find(absl::string_view owner,
+                           absl::string_view name) const {
   absl::MutexLock lock(&mu_);
-  auto it = regions_.find(name);
+  auto it = regions_.find({std::string(owner), std::string(name)});
   if (it == regions_.end()) {
     return absl::NotFoundError(absl::StrCat("no shared-memory region ",
                                             Quoted(name), " is registered"));

@@ -17,17 +17,28 @@
 // with it on, serves only objects whose key starts with a configured prefix
 // (the server maps no object that was not made for it), and bounds the
 // regions registered at once, in all and per client: each holds an open
-// descriptor and a mapping, and every mapping gets a guard slot.
+// descriptor (one fstat per use) and a guarded mapping.
+//
+// Regions belong to the client that registered them: names are per client,
+// and another client's region is as absent as one never registered. A region
+// is registered only over the server's local socket, where the kernel
+// reports the caller's uid, and only for an object that uid owns: a client
+// cannot make the server map an object of another user, even one whose key
+// it knows.
 //
 // Thread-safety: SharedMemoryRegistry is thread-safe. A region stays mapped
 // while any request holds its shared_ptr, so Unregister never unmaps memory
 // a kernel is using.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -35,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "server/store/mapping_guard.h"
 
 namespace coalesce {
 
@@ -42,9 +54,11 @@ namespace coalesce {
 // reference goes.
 class SharedMemoryRegion {
  public:
+  // Takes fd, the mapping and its guard slot, and releases them when
+  // destroyed.
   SharedMemoryRegion(std::string owner, std::string name, std::string key,
                      uint64_t offset, uint64_t byte_size, int fd, void* mapping,
-                     uint64_t mapping_bytes);
+                     uint64_t mapping_bytes, MappingGuardSlot* guard_slot);
   ~SharedMemoryRegion();
   SharedMemoryRegion(const SharedMemoryRegion&) = delete;
   SharedMemoryRegion& operator=(const SharedMemoryRegion&) = delete;
@@ -70,7 +84,7 @@ class SharedMemoryRegion {
   const int fd_;
   void* const mapping_;  // the object's bytes [0, offset + byte_size)
   const uint64_t mapping_bytes_;
-  const int guard_slot_;  // GuardMapping's, -1 when unguarded
+  MappingGuardSlot* const guard_slot_;
 };
 
 struct SharedMemoryListing {
@@ -87,8 +101,8 @@ struct SharedMemoryOptions {
   // (--client_shm_key_prefix).
   std::string key_prefix = "/coalesce";
   // Regions registered at once: in all (--max_shm_regions), and by one
-  // client (--max_shm_regions_per_client). Both are at most
-  // kMaxGuardedMappings, so that every mapping is guarded.
+  // client (--max_shm_regions_per_client). Each holds a descriptor, so the
+  // first also bounds the descriptors the registry keeps open.
   int max_regions = 256;
   int max_regions_per_client = 64;
 };
@@ -98,21 +112,25 @@ class SharedMemoryRegistry {
   explicit SharedMemoryRegistry(SharedMemoryOptions options = {});
 
   // Opens and maps [offset, offset + byte_size) of the object key for the
-  // client owner. FAILED_PRECONDITION when shared memory is off;
-  // INVALID_ARGUMENT for an empty name, a key outside the prefix, a zero
-  // byte_size or a range past the object's end; NOT_FOUND when the object
-  // does not exist; ALREADY_EXISTS when name is registered;
-  // RESOURCE_EXHAUSTED past either region limit.
+  // client owner, whose connection the kernel reported as caller_uid
+  // (SO_PEERCRED; nullopt over TCP or in-process). FAILED_PRECONDITION when
+  // shared memory is off; PERMISSION_DENIED without caller_uid or when the
+  // object belongs to another uid; INVALID_ARGUMENT for an empty name, a
+  // key outside the prefix, a zero byte_size or a range past the object's
+  // end; NOT_FOUND when the object does not exist; ALREADY_EXISTS when owner
+  // has registered name; RESOURCE_EXHAUSTED past either region limit or
+  // when no memory is left to guard the mapping.
   absl::Status Register(absl::string_view owner, absl::string_view name,
                         absl::string_view key, uint64_t offset,
-                        uint64_t byte_size);
-  // NOT_FOUND when name is not registered.
-  absl::Status Unregister(absl::string_view name);
-  std::vector<SharedMemoryListing> List() const;
-  // A registered region (NOT_FOUND otherwise), not yet checked: callers
+                        uint64_t byte_size, std::optional<uid_t> caller_uid);
+  // NOT_FOUND when owner has not registered name.
+  absl::Status Unregister(absl::string_view owner, absl::string_view name);
+  // owner's regions, by name.
+  std::vector<SharedMemoryListing> List(absl::string_view owner) const;
+  // owner's region name (NOT_FOUND otherwise), not yet checked: callers
   // check the range they use and then CheckAlive.
   absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> Find(
-      absl::string_view name) const;
+      absl::string_view owner, absl::string_view name) const;
 
  private:
   // OK while owner may register one more region.
@@ -121,7 +139,9 @@ class SharedMemoryRegistry {
 
   const SharedMemoryOptions options_;
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<const SharedMemoryRegion>, std::less<>>
+  // By (owner, name).
+  std::map<std::pair<std::string, std::string>,
+           std::shared_ptr<const SharedMemoryRegion>>
       regions_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int, std::less<>> per_owner_ ABSL_GUARDED_BY(mu_);
 };

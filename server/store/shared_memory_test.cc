@@ -3,11 +3,19 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "server/store/mapping_guard.h"
 
 namespace coalesce {
@@ -44,14 +52,18 @@ SharedMemoryOptions Allowed() {
   return o;
 }
 
+// The uid the kernel would report for this process on the local socket; it
+// owns the objects the tests create.
+std::optional<uid_t> Me() { return geteuid(); }
+
 TEST(SharedMemoryRegistry, IsOffUnlessAllowed) {
   ShmObject object(4096);
   SharedMemoryRegistry off;
-  const absl::Status s = off.Register("c", "r", object.key(), 0, 4096);
+  const absl::Status s = off.Register("c", "r", object.key(), 0, 4096, Me());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("--allow_client_shm"), std::string::npos) << s;
   SharedMemoryRegistry on(Allowed());
-  EXPECT_TRUE(on.Register("c", "r", object.key(), 0, 4096).ok());
+  EXPECT_TRUE(on.Register("c", "r", object.key(), 0, 4096, Me()).ok());
 }
 
 // The server maps only objects named for it: another program's /dev/shm
@@ -60,7 +72,7 @@ TEST(SharedMemoryRegistry, KeysMustStartWithThePrefix) {
   SharedMemoryRegistry registry(Allowed());
   for (const char* key : {"/secret", "/coalesce", "/coalesce/../secret",
                           "coalesce-x", "/coalescex/y", "/other-coalesce"}) {
-    const absl::Status s = registry.Register("c", "r", key, 0, 8);
+    const absl::Status s = registry.Register("c", "r", key, 0, 8, Me());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << key << ": " << s;
     EXPECT_NE(s.message().find("key:"), std::string::npos) << s;
   }
@@ -68,7 +80,7 @@ TEST(SharedMemoryRegistry, KeysMustStartWithThePrefix) {
   other.key_prefix = "/tenant-a-";
   SharedMemoryRegistry narrow(other);
   ShmObject object(4096);  // "/coalesce-guard-test-..."
-  EXPECT_EQ(narrow.Register("c", "r", object.key(), 0, 4096).code(),
+  EXPECT_EQ(narrow.Register("c", "r", object.key(), 0, 4096, Me()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -80,22 +92,24 @@ TEST(SharedMemoryRegistry, RegionsAreBoundedPerClientAndInAll) {
   o.max_regions = 3;
   o.max_regions_per_client = 2;
   SharedMemoryRegistry registry(o);
-  ASSERT_TRUE(registry.Register("a", "a1", object.key(), 0, 8).ok());
-  ASSERT_TRUE(registry.Register("a", "a2", object.key(), 0, 8).ok());
+  ASSERT_TRUE(registry.Register("a", "a1", object.key(), 0, 8, Me()).ok());
+  ASSERT_TRUE(registry.Register("a", "a2", object.key(), 0, 8, Me()).ok());
   const absl::Status per_client =
-      registry.Register("a", "a3", object.key(), 0, 8);
+      registry.Register("a", "a3", object.key(), 0, 8, Me());
   EXPECT_EQ(per_client.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(per_client.message().find("--max_shm_regions_per_client"),
             std::string::npos)
       << per_client;
-  ASSERT_TRUE(registry.Register("b", "b1", object.key(), 0, 8).ok());
-  const absl::Status in_all = registry.Register("b", "b2", object.key(), 0, 8);
+  ASSERT_TRUE(registry.Register("b", "b1", object.key(), 0, 8, Me()).ok());
+  const absl::Status in_all =
+      registry.Register("b", "b2", object.key(), 0, 8, Me());
   EXPECT_EQ(in_all.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(in_all.message().find("--max_shm_regions)"), std::string::npos)
       << in_all;
-  ASSERT_TRUE(registry.Unregister("a1").ok());
-  EXPECT_TRUE(registry.Register("a", "a3", object.key(), 0, 8).ok());
-  EXPECT_EQ(registry.List().size(), 3u);
+  ASSERT_TRUE(registry.Unregister("a", "a1").ok());
+  EXPECT_TRUE(registry.Register("a", "a3", object.key(), 0, 8, Me()).ok());
+  EXPECT_EQ(registry.List("a").size(), 2u);
+  EXPECT_EQ(registry.List("b").size(), 1u);
 }
 
 // What a client shrinking its object under a running kernel does to the
@@ -105,9 +119,10 @@ TEST(MappingGuard, AShrunkRegionReadsZerosAndFailsItsRequests) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   ShmObject object(4 * page);
   SharedMemoryRegistry registry(Allowed());
-  ASSERT_TRUE(registry.Register("c", "r", object.key(), 0, 4 * page).ok());
+  ASSERT_TRUE(
+      registry.Register("c", "r", object.key(), 0, 4 * page, Me()).ok());
   absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> region =
-      registry.Find("r");
+      registry.Find("c", "r");
   ASSERT_TRUE(region.ok());
   volatile char* data = (*region)->data();
   data[3 * page] = 42;
@@ -133,9 +148,10 @@ TEST(MappingGuard, OtherSigbusStillEndsTheProcess) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   ShmObject guarded(page);
   // Installs the handler.
-  const int slot = GuardMapping(
-      mmap(nullptr, page, PROT_READ, MAP_SHARED, guarded.fd(), 0), page);
-  ASSERT_GE(slot, 0);
+  void* mapping = mmap(nullptr, page, PROT_READ, MAP_SHARED, guarded.fd(), 0);
+  ASSERT_NE(mapping, MAP_FAILED);
+  const absl::StatusOr<MappingGuardSlot*> slot = GuardMapping(mapping, page);
+  ASSERT_TRUE(slot.ok()) << slot.status();
   EXPECT_DEATH(
       {
         ShmObject object(2 * page);
@@ -145,8 +161,141 @@ TEST(MappingGuard, OtherSigbusStillEndsTheProcess) {
         (void)p[page];  // not guarded
       },
       "");
-  UnguardMapping(slot);
-  EXPECT_FALSE(MappingFaulted(slot));
+  EXPECT_FALSE(MappingFaulted(*slot));
+  UnguardMapping(*slot);
+  munmap(mapping, page);
+}
+
+// No fixed number of slots: with more mappings guarded at once than the old
+// table held (1024), the newest still catches a truncation under a reader.
+TEST(MappingGuard, GuardsEveryMappingHoweverMany) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  ShmObject shared(page);
+  std::vector<std::pair<void*, MappingGuardSlot*>> others;
+  for (int i = 0; i < 1500; ++i) {
+    void* m =
+        mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, shared.fd(), 0);
+    ASSERT_NE(m, MAP_FAILED);
+    absl::StatusOr<MappingGuardSlot*> slot = GuardMapping(m, page);
+    ASSERT_TRUE(slot.ok()) << i << ": " << slot.status();
+    others.emplace_back(m, *slot);
+  }
+  ShmObject object(4 * page);
+  char* last = static_cast<char*>(mmap(
+      nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_SHARED, object.fd(), 0));
+  ASSERT_NE(last, MAP_FAILED);
+  const absl::StatusOr<MappingGuardSlot*> slot = GuardMapping(last, 4 * page);
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  for (size_t i = 0; i < 4 * page; ++i)
+    last[i] = static_cast<char>(i % 251 + 1);
+
+  std::atomic<bool> reading{false};
+  std::atomic<bool> saw_zero{false};
+  std::thread reader([&] {
+    volatile char* data = last;
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < give_up) {
+      reading.store(true);
+      for (size_t i = 0; i < 4 * page; i += 512) {
+        if (data[i] == 0) saw_zero.store(true);
+      }
+      if (MappingFaulted(*slot) && saw_zero.load()) return;
+    }
+  });
+  while (!reading.load()) std::this_thread::yield();
+  object.Truncate(0);
+  reader.join();
+  EXPECT_TRUE(MappingFaulted(*slot));
+  EXPECT_TRUE(saw_zero.load()) << "the lost pages read as zeros";
+  for (const auto& [m, s] : others) {
+    EXPECT_FALSE(MappingFaulted(s));
+    UnguardMapping(s);
+    munmap(m, page);
+  }
+  UnguardMapping(*slot);
+  munmap(last, 4 * page);
+}
+
+// Registration over TCP or in-process carries no uid: refused, after the
+// cheaper answer that shared memory is off.
+TEST(SharedMemoryRegistry, RegistersOnlyWithTheCallersUid) {
+  ShmObject object(4096);
+  SharedMemoryRegistry off;
+  EXPECT_EQ(off.Register("c", "r", object.key(), 0, 4096, std::nullopt).code(),
+            absl::StatusCode::kFailedPrecondition);
+  SharedMemoryRegistry registry(Allowed());
+  const absl::Status s =
+      registry.Register("c", "r", object.key(), 0, 4096, std::nullopt);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("--unix_socket"), std::string::npos) << s;
+  EXPECT_TRUE(registry.List("c").empty());
+}
+
+// A client may know another user's key; the server still maps only objects
+// the caller's uid owns.
+TEST(SharedMemoryRegistry, TheObjectMustBelongToTheCaller) {
+  ShmObject object(4096);
+  SharedMemoryRegistry registry(Allowed());
+  const uid_t stranger = geteuid() + 4242;
+  const absl::Status s =
+      registry.Register("c", "r", object.key(), 0, 4096, stranger);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("'" + object.key() + "'"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("bytes"), std::string::npos)
+      << "nothing of another's object, not even its size: " << s;
+  EXPECT_TRUE(registry.List("c").empty());
+  // The object handed to the stranger: now theirs, no longer ours.
+  if (fchown(object.fd(), stranger, static_cast<gid_t>(-1)) != 0) {
+    GTEST_SKIP() << "cannot change an object's owner here (not root)";
+  }
+  EXPECT_EQ(registry.Register("c", "r", object.key(), 0, 4096, Me()).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(
+      registry.Register("c", "r", object.key(), 0, 4096, stranger).ok());
+}
+
+// A symlink under /dev/shm is not followed, even to an object of the caller.
+TEST(SharedMemoryRegistry, KeysAreNotFollowedThroughSymlinks) {
+  ShmObject object(4096);
+  const std::string link_key = object.key() + "-link";
+  const std::string link_path = "/dev/shm" + link_key;
+  ASSERT_EQ(symlink(("/dev/shm" + object.key()).c_str(), link_path.c_str()), 0)
+      << std::strerror(errno);
+  SharedMemoryRegistry registry(Allowed());
+  const absl::Status s = registry.Register("c", "r", link_key, 0, 4096, Me());
+  unlink(link_path.c_str());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(registry.List("c").empty());
+}
+
+// Names are per client; another client's region answers exactly as one
+// never registered (compared with a registry that never held it).
+TEST(SharedMemoryRegistry, RegionsArePerClient) {
+  ShmObject first(4096);
+  ShmObject second(8192);
+  SharedMemoryRegistry registry(Allowed());
+  SharedMemoryRegistry never(Allowed());
+  ASSERT_TRUE(registry.Register("a", "r", first.key(), 0, 4096, Me()).ok());
+  ASSERT_TRUE(registry.Register("b", "r", second.key(), 0, 8192, Me()).ok());
+  absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> b =
+      registry.Find("b", "r");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->key(), second.key());
+  EXPECT_EQ((*b)->owner(), "b");
+
+  ASSERT_TRUE(registry.Register("a", "only-a", first.key(), 0, 8, Me()).ok());
+  const absl::Status find = registry.Find("b", "only-a").status();
+  EXPECT_EQ(find.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(find, never.Find("b", "only-a").status());
+  const absl::Status unregister = registry.Unregister("b", "only-a");
+  EXPECT_EQ(unregister.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unregister, never.Unregister("b", "only-a"));
+  ASSERT_EQ(registry.List("b").size(), 1u);
+  EXPECT_EQ(registry.List("b")[0].key, second.key());
+  EXPECT_EQ(registry.List("a").size(), 2u);
+  EXPECT_TRUE(registry.Find("a", "only-a").ok());
+  ASSERT_TRUE(registry.Unregister("a", "r").ok());
+  EXPECT_TRUE(registry.Find("b", "r").ok());
 }
 
 }  // namespace

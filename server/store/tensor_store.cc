@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -76,20 +77,64 @@ std::unique_ptr<ResidentWriter> BackendTensorMemory::OpenWriter(void* dst,
   return backend_->OpenResidentWriter(dst, size);
 }
 
+struct TensorStore::Ledger {
+  absl::Mutex mu;
+  absl::flat_hash_map<std::string, int64_t> used ABSL_GUARDED_BY(mu);
+  int64_t total ABSL_GUARDED_BY(mu) = 0;
+
+  void Release(const std::string& owner, int64_t bytes) {
+    if (bytes == 0) return;
+    absl::MutexLock lock(&mu);
+    auto it = used.find(owner);
+    it->second -= bytes;
+    if (it->second == 0) used.erase(it);
+    total -= bytes;
+  }
+
+  // data, whose reserved bytes the ledger releases once the last reference
+  // is dropped and the memory freed, wherever and whenever that happens.
+  static std::shared_ptr<void> ChargedUntilFreed(std::shared_ptr<Ledger> ledger,
+                                                 std::string owner,
+                                                 int64_t bytes,
+                                                 std::shared_ptr<void> data) {
+    void* const at = data.get();
+    return std::shared_ptr<void>(
+        at, [data = std::move(data), ledger = std::move(ledger),
+             owner = std::move(owner), bytes](void*) mutable {
+          data.reset();
+          ledger->Release(owner, bytes);
+        });
+  }
+};
+
+TensorStore::Erased::~Erased() {
+  for (const std::function<void()>& f : on_abandon) f();
+  // Then the members go: the tensors, with any memory nothing else holds.
+}
+
 TensorStore::TensorStore(TensorStoreOptions options, TensorMemory* memory)
-    : options_(std::move(options)), memory_(memory) {}
+    : options_(std::move(options)),
+      memory_(memory),
+      ledger_(std::make_shared<Ledger>()) {}
 
 TensorStore::~TensorStore() {
+  std::map<Key, Entry> left;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    left.swap(tensors_);
   }
   if (sweeper_.joinable()) sweeper_.join();
+  for (auto& [key, entry] : left) {
+    if (!entry.committed) {
+      entry.tensor->abandoned_.store(true, std::memory_order_release);
+    }
+  }
 }
 
 absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
     absl::string_view owner, absl::string_view name, DType dtype,
-    const Shape& shape, int64_t bytes) {
+    const Shape& shape, int64_t bytes, CreateOptions options) {
   if (!name.empty() && !ValidName(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("name: ", Quoted(name), " must be 1 to ", kMaxNameLength,
@@ -100,73 +145,127 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
   tensor->dtype = dtype;
   tensor->shape = shape;
   tensor->bytes = bytes;
+  Key key;
   {
     absl::MutexLock lock(&mu_);
-    const int64_t used = used_.contains(owner) ? used_.at(owner) : 0;
-    if (bytes > options_.quota_bytes - used) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "tensor quota: client '%s' holds %d bytes in tensors; %d more would "
-          "exceed its quota of %d bytes (--tensor_quota_bytes); delete "
-          "tensors or let them expire",
-          owner, used, bytes, options_.quota_bytes));
-    }
-    if (bytes > options_.cap_bytes - total_used_) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "tensor cap: the server holds %d bytes in tensors; %d more would "
-          "exceed its cap of %d bytes (--tensor_cap_bytes)",
-          total_used_, bytes, options_.cap_bytes));
+    if (options.upload) {
+      auto it = uploads_.find(owner);
+      const int uploads = it == uploads_.end() ? 0 : it->second;
+      if (uploads >= options_.max_uploads_per_owner) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "uploads: client '%s' has %d uploads in progress, its limit of %d "
+            "(--max_uploads_per_client); finish or cancel one first",
+            owner, uploads, options_.max_uploads_per_owner));
+      }
     }
     if (name.empty()) {
       do {
         COALESCE_ASSIGN_OR_RETURN(tensor->handle, RandomHandle());
-      } while (tensors_.count(tensor->handle) != 0);
+      } while (handle_owners_.contains(tensor->handle));
     } else {
       tensor->handle = std::string(name);
-      if (tensors_.count(tensor->handle) != 0) {
+      if (tensors_.count({tensor->owner, tensor->handle}) != 0) {
         return absl::AlreadyExistsError(absl::StrCat(
             "name: a tensor named ", Quoted(name), " already exists"));
       }
     }
-    // Reserve before allocating (outside the lock), so that concurrent
-    // creators cannot together pass the quota.
-    used_[tensor->owner] += bytes;
-    total_used_ += bytes;
-    tensors_[tensor->handle] =
-        Entry{tensor->owner, bytes, nullptr, false, options_.now()};
+    {
+      // Reserve before allocating (outside the lock), so that concurrent
+      // creators cannot together pass the quota.
+      absl::MutexLock charge(&ledger_->mu);
+      auto it = ledger_->used.find(owner);
+      const int64_t used = it == ledger_->used.end() ? 0 : it->second;
+      if (bytes > options_.quota_bytes - used) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "tensor quota: client '%s' holds %d bytes in tensors; %d more "
+            "would exceed its quota of %d bytes (--tensor_quota_bytes); delete "
+            "tensors or let them expire (a deleted tensor counts until the "
+            "requests using it end)",
+            owner, used, bytes, options_.quota_bytes));
+      }
+      if (bytes > options_.cap_bytes - ledger_->total) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "tensor cap: the server holds %d bytes in tensors; %d more would "
+            "exceed its cap of %d bytes (--tensor_cap_bytes)",
+            ledger_->total, bytes, options_.cap_bytes));
+      }
+      if (bytes > 0) {
+        ledger_->used[tensor->owner] += bytes;
+        ledger_->total += bytes;
+      }
+    }
+    if (options.upload) ++uploads_[tensor->owner];
+    ++handle_owners_[tensor->handle];
+    key = {tensor->owner, tensor->handle};
+    tensors_[key] = Entry{tensor,
+                          /*allocated=*/false,
+                          /*committed=*/false,
+                          options.upload,
+                          std::move(options.on_abandon),
+                          options_.now()};
   }
   absl::StatusOr<std::shared_ptr<void>> data = memory_->Allocate(bytes);
-  absl::MutexLock lock(&mu_);
-  auto it = tensors_.find(tensor->handle);
   if (!data.ok()) {
-    if (it != tensors_.end() && it->second.tensor == nullptr) EraseLocked(it);
+    ledger_->Release(tensor->owner, bytes);
+    Erased erased;
+    absl::MutexLock lock(&mu_);
+    auto it = tensors_.find(key);
+    if (it != tensors_.end() && it->second.tensor == tensor) {
+      it->second.on_abandon = nullptr;  // the caller learns from the status
+      EraseLocked(it, erased);
+    }
     return data.status();
   }
-  if (it == tensors_.end()) {
+  // Before the lock: if the tensor was deleted meanwhile, the memory is
+  // freed once the lock is released.
+  std::shared_ptr<void> charged = Ledger::ChargedUntilFreed(
+      ledger_, tensor->owner, bytes, *std::move(data));
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(key);
+  if (it == tensors_.end() || it->second.tensor != tensor) {
     return absl::NotFoundError(absl::StrCat(
         "tensor ", Quoted(tensor->handle), " was deleted while being created"));
   }
-  tensor->data = std::move(*data);
-  it->second.tensor = tensor;
+  tensor->data = std::move(charged);
+  it->second.allocated = true;
+  it->second.last_used = options_.now();
   return tensor;
 }
 
-absl::Status TensorStore::Commit(absl::string_view handle) {
-  absl::MutexLock lock(&mu_);
-  auto it = tensors_.find(std::string(handle));
-  if (it == tensors_.end() || it->second.tensor == nullptr) {
+absl::StatusOr<TensorStore::Entry*> TensorStore::AllocatedLocked(
+    absl::string_view owner, absl::string_view handle) {
+  auto it = tensors_.find({std::string(owner), std::string(handle)});
+  if (it == tensors_.end() || !it->second.allocated) {
     return absl::NotFoundError(
         absl::StrCat("tensor ", Quoted(handle),
                      " was deleted or expired before it was complete"));
   }
-  it->second.committed = true;
-  it->second.last_used = options_.now();
+  return &it->second;
+}
+
+absl::Status TensorStore::Commit(absl::string_view owner,
+                                 absl::string_view handle) {
+  absl::MutexLock lock(&mu_);
+  COALESCE_ASSIGN_OR_RETURN(Entry* const entry, AllocatedLocked(owner, handle));
+  entry->committed = true;
+  entry->on_abandon = nullptr;
+  EndUploadLocked(*entry);
+  entry->last_used = options_.now();
+  return absl::OkStatus();
+}
+
+absl::Status TensorStore::Touch(absl::string_view owner,
+                                absl::string_view handle) {
+  absl::MutexLock lock(&mu_);
+  COALESCE_ASSIGN_OR_RETURN(Entry* const entry, AllocatedLocked(owner, handle));
+  entry->last_used = options_.now();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const StoredTensor>> TensorStore::Find(
-    absl::string_view handle) {
+    absl::string_view owner, absl::string_view handle) {
   absl::MutexLock lock(&mu_);
-  auto it = tensors_.find(std::string(handle));
+  auto it = tensors_.find({std::string(owner), std::string(handle)});
   if (it == tensors_.end() || !it->second.committed) {
     return absl::NotFoundError(
         absl::StrCat("no tensor ", Quoted(handle),
@@ -177,65 +276,96 @@ absl::StatusOr<std::shared_ptr<const StoredTensor>> TensorStore::Find(
   return std::shared_ptr<const StoredTensor>(it->second.tensor);
 }
 
-absl::StatusOr<int64_t> TensorStore::Delete(absl::string_view handle) {
+absl::StatusOr<int64_t> TensorStore::Delete(absl::string_view owner,
+                                            absl::string_view handle) {
+  Erased erased;  // after the lock is released
   absl::MutexLock lock(&mu_);
-  auto it = tensors_.find(std::string(handle));
+  auto it = tensors_.find({std::string(owner), std::string(handle)});
   if (it == tensors_.end()) {
     return absl::NotFoundError(absl::StrCat("no tensor ", Quoted(handle)));
   }
-  const int64_t bytes = it->second.bytes;
-  EraseLocked(it);
+  const int64_t bytes = it->second.tensor->bytes;
+  EraseLocked(it, erased);
   return bytes;
 }
 
-void TensorStore::EraseLocked(std::map<std::string, Entry>::iterator it) {
-  auto used = used_.find(it->second.owner);
-  used->second -= it->second.bytes;
-  if (used->second == 0) used_.erase(used);
-  total_used_ -= it->second.bytes;
+void TensorStore::EraseLocked(std::map<Key, Entry>::iterator it,
+                              Erased& erased) {
+  Entry& entry = it->second;
+  if (!entry.committed) {
+    entry.tensor->abandoned_.store(true, std::memory_order_release);
+    if (entry.on_abandon)
+      erased.on_abandon.push_back(std::move(entry.on_abandon));
+  }
+  EndUploadLocked(entry);
+  auto owners = handle_owners_.find(it->first.second);
+  if (--owners->second == 0) handle_owners_.erase(owners);
+  erased.tensors.push_back(std::move(entry.tensor));
   tensors_.erase(it);
+}
+
+void TensorStore::EndUploadLocked(Entry& entry) {
+  if (!entry.upload) return;
+  entry.upload = false;
+  auto it = uploads_.find(entry.tensor->owner);
+  if (--it->second == 0) uploads_.erase(it);
 }
 
 std::vector<TensorListing> TensorStore::List(absl::string_view owner) const {
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.now();
   std::vector<TensorListing> out;
-  for (const auto& [handle, entry] : tensors_) {
-    if (!entry.committed || entry.tensor->owner != owner) continue;
-    const StoredTensor& t = *entry.tensor;
+  for (auto it = tensors_.lower_bound({std::string(owner), std::string()});
+       it != tensors_.end() && it->first.first == owner; ++it) {
+    if (!it->second.committed) continue;
+    const StoredTensor& t = *it->second.tensor;
     out.push_back({t.handle, t.owner, t.dtype, t.shape, t.bytes,
-                   absl::ToDoubleSeconds(now - entry.last_used)});
+                   absl::ToDoubleSeconds(now - it->second.last_used)});
   }
   return out;
 }
 
 int64_t TensorStore::used_bytes(absl::string_view owner) const {
-  absl::MutexLock lock(&mu_);
-  auto it = used_.find(owner);
-  return it == used_.end() ? 0 : it->second;
+  absl::MutexLock lock(&ledger_->mu);
+  auto it = ledger_->used.find(owner);
+  return it == ledger_->used.end() ? 0 : it->second;
 }
 
 int64_t TensorStore::total_used_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return total_used_;
+  absl::MutexLock lock(&ledger_->mu);
+  return ledger_->total;
 }
 
 int TensorStore::SweepExpired() {
-  if (options_.ttl == absl::InfiniteDuration()) return 0;
+  if (options_.ttl == absl::InfiniteDuration() &&
+      options_.upload_idle_timeout == absl::InfiniteDuration()) {
+    return 0;
+  }
+  Erased erased;  // after the lock is released
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.now();
   int freed = 0;
   for (auto it = tensors_.begin(); it != tensors_.end();) {
     auto next = std::next(it);
-    // Uncommitted tensors expire too: an upload stalled for a whole TTL.
-    if (it->second.tensor != nullptr &&
-        now - it->second.last_used > options_.ttl) {
-      EraseLocked(it);
+    const Entry& entry = it->second;
+    // An upload is measured from its last chunk; anything else, an op's
+    // output still being computed included, from its last use.
+    const absl::Duration limit =
+        entry.upload ? options_.upload_idle_timeout : options_.ttl;
+    if (entry.allocated && now - entry.last_used > limit) {
+      EraseLocked(it, erased);
       ++freed;
     }
     it = next;
   }
   return freed;
+}
+
+absl::Duration TensorStore::SweepPeriod(const TensorStoreOptions& options) {
+  const absl::Duration shortest =
+      std::min(options.ttl, options.upload_idle_timeout);
+  if (shortest == absl::InfiniteDuration()) return absl::InfiniteDuration();
+  return std::clamp(shortest / 10, absl::Milliseconds(100), absl::Seconds(10));
 }
 
 void TensorStore::StartSweeper(absl::Duration period) {

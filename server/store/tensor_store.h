@@ -2,8 +2,17 @@
 // PutTensor or by an op output placed OUTPUT_PLACEMENT_SERVER_HANDLE, read by
 // op inputs that name a handle and by GetTensor, freed by DeleteTensor, by an
 // idle TTL (a background sweeper), or when the store is destroyed (server
-// stop). Bytes are charged to an owner (the client) against a per-owner
-// quota and a store-wide cap, both checked before any memory is allocated.
+// stop).
+//
+// Every tensor belongs to an owner (the client's identity). Names are per
+// owner, and another owner's tensor answers exactly as one that never
+// existed; server-picked handles carry 128 random bits. Bytes are charged to
+// the owner against a per-owner quota and a store-wide cap from Create,
+// before any memory is allocated, until the memory is freed: a tensor
+// deleted while an upload or an op still holds it stays charged until they
+// let go, so deleting and recreating cannot take more memory than the quota.
+// An upload in progress also counts against a per-owner limit, and one that
+// receives nothing for upload_idle_timeout is abandoned.
 //
 // The store knows nothing of kernels or devices: tensor bytes come from a
 // TensorMemory, which the server backs with its backend's resident memory
@@ -13,19 +22,22 @@
 // host (docs/DATAPATH.md). Only PutTensor and GetTensor copy, chunk by
 // chunk.
 //
-// Thread-safety: TensorStore is thread-safe (one mutex around the index;
-// tensor bytes are copied outside it). A StoredTensor's metadata is
+// Thread-safety: TensorStore is thread-safe (a mutex around the index, and
+// one around the charges, which the last reference to a tensor's memory
+// releases from whichever thread drops it, even after the store is gone;
+// tensor bytes are copied outside both). A StoredTensor's metadata is
 // immutable once created; its bytes are written only by the creator before
-// Commit. A tensor deleted while an op uses it stays allocated until the op
-// drops its reference; its bytes leave the accounting at once.
+// Commit.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -83,7 +95,17 @@ struct StoredTensor {
   DType dtype = DType::kFloat32;
   Shape shape;
   int64_t bytes = 0;
-  std::shared_ptr<void> data;  // bytes of TensorMemory; may be device memory
+  // Bytes of TensorMemory; may be device memory. Charged to owner until the
+  // last reference goes.
+  std::shared_ptr<void> data;
+
+  // Whether the store dropped it before Commit (deleted, expired or the
+  // store destroyed): the uploader stops at its next chunk.
+  bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
+
+ private:
+  friend class TensorStore;
+  std::atomic<bool> abandoned_{false};
 };
 
 // What ListTensors reports of one tensor.
@@ -99,71 +121,123 @@ struct TensorListing {
 struct TensorStoreOptions {
   int64_t quota_bytes = int64_t{4} << 30;  // per owner
   int64_t cap_bytes = int64_t{8} << 30;    // all owners together
-  // A tensor unused this long is freed; absl::InfiniteDuration(): never.
+  // Uploads in progress at once, per owner (--max_uploads_per_client).
+  int max_uploads_per_owner = 4;
+  // A committed tensor unused this long is freed; absl::InfiniteDuration():
+  // never.
   absl::Duration ttl = absl::Minutes(10);
-  // The clock the TTL is measured on (tests inject a fake one).
+  // An upload that received nothing this long is abandoned;
+  // absl::InfiniteDuration(): never.
+  absl::Duration upload_idle_timeout = absl::Seconds(60);
+  // The clock both are measured on (tests inject a fake one).
   std::function<absl::Time()> now = [] { return absl::Now(); };
+};
+
+struct CreateOptions {
+  // A PutTensor upload: counts against max_uploads_per_owner until Commit,
+  // and expires after upload_idle_timeout without a Touch.
+  bool upload = false;
+  // Called once, outside the store's lock, when the tensor is deleted or
+  // expires before Commit (not when the store is destroyed), so that the
+  // server can cancel the upload.
+  std::function<void()> on_abandon;
 };
 
 class TensorStore {
  public:
-  // memory is not owned and must outlive the store.
+  // memory is not owned and must outlive the store and every tensor.
   TensorStore(TensorStoreOptions options, TensorMemory* memory);
-  // Stops the sweeper; frees every tensor no op still holds.
+  // Stops the sweeper; frees every tensor nothing else holds and marks the
+  // uncommitted ones abandoned. Tensors still held stay charged to the
+  // (shared) accounting until they go.
   ~TensorStore();
   TensorStore(const TensorStore&) = delete;
   TensorStore& operator=(const TensorStore&) = delete;
 
   // Charges bytes to owner (RESOURCE_EXHAUSTED with the numbers when over
-  // its quota or the cap) and allocates them. The tensor is invisible to
-  // Find and List until Commit; Delete abandons it. name is the handle
-  // wanted (INVALID_ARGUMENT if malformed, ALREADY_EXISTS if taken); empty
-  // picks a fresh one.
-  absl::StatusOr<std::shared_ptr<StoredTensor>> Create(absl::string_view owner,
-                                                       absl::string_view name,
-                                                       DType dtype,
-                                                       const Shape& shape,
-                                                       int64_t bytes);
-  // Publishes a created tensor. NOT_FOUND if it was deleted or expired
-  // meanwhile.
-  absl::Status Commit(absl::string_view handle);
-  // A committed tensor (NOT_FOUND otherwise); marks it used now.
+  // its quota or the cap, or past the owner's uploads in progress for an
+  // upload) and allocates them. The tensor is invisible to Find and List
+  // until Commit; Delete abandons it. name is the handle wanted
+  // (INVALID_ARGUMENT if malformed, ALREADY_EXISTS if owner has one so
+  // named); empty picks a fresh one.
+  absl::StatusOr<std::shared_ptr<StoredTensor>> Create(
+      absl::string_view owner, absl::string_view name, DType dtype,
+      const Shape& shape, int64_t bytes, CreateOptions options = {});
+  // Publishes owner's created tensor and ends its upload. NOT_FOUND if it
+  // was deleted or expired meanwhile.
+  absl::Status Commit(absl::string_view owner, absl::string_view handle);
+  // Marks owner's tensor used now: an upload received a chunk. NOT_FOUND
+  // when it is gone.
+  absl::Status Touch(absl::string_view owner, absl::string_view handle);
+  // owner's committed tensor (NOT_FOUND otherwise); marks it used now.
   absl::StatusOr<std::shared_ptr<const StoredTensor>> Find(
-      absl::string_view handle);
-  // Removes a tensor, committed or not, and returns its bytes. NOT_FOUND if
-  // absent.
-  absl::StatusOr<int64_t> Delete(absl::string_view handle);
+      absl::string_view owner, absl::string_view handle);
+  // Removes owner's tensor, committed or not, and returns its bytes, which
+  // stay charged until nothing holds the tensor. NOT_FOUND if absent.
+  absl::StatusOr<int64_t> Delete(absl::string_view owner,
+                                 absl::string_view handle);
   // owner's committed tensors, by handle.
   std::vector<TensorListing> List(absl::string_view owner) const;
+  // Bytes charged: to owner, and to all owners.
   int64_t used_bytes(absl::string_view owner) const;
   int64_t total_used_bytes() const;
   const TensorStoreOptions& options() const { return options_; }
   TensorMemory& memory() const { return *memory_; }
 
-  // Frees every tensor idle for longer than the TTL; returns how many.
+  // Abandons every upload idle for longer than upload_idle_timeout (calling
+  // its on_abandon) and frees every other tensor idle for longer than the
+  // TTL; returns how many it removed.
   int SweepExpired();
+  // How often to sweep: a tenth of the shorter of the TTL and
+  // upload_idle_timeout, within 100 ms to 10 s; absl::InfiniteDuration()
+  // when nothing expires.
+  static absl::Duration SweepPeriod(const TensorStoreOptions& options);
   // Runs SweepExpired every period on a thread of its own until the store
   // is destroyed. Call at most once.
   void StartSweeper(absl::Duration period);
 
  private:
+  // The charges; shared with the deleters of tensor memory, which may run
+  // after the store is destroyed.
+  struct Ledger;
   struct Entry {
-    std::string owner;
-    int64_t bytes = 0;  // charged to owner from Create until erased
-    std::shared_ptr<StoredTensor> tensor;  // null while allocating
+    std::shared_ptr<StoredTensor> tensor;
+    bool allocated = false;  // false while Create allocates
     bool committed = false;
+    bool upload = false;  // counted in uploads_ (until Commit or erased)
+    std::function<void()> on_abandon;
     absl::Time last_used;
   };
-  // Removes it (the handle must exist) and releases its bytes.
-  void EraseLocked(std::map<std::string, Entry>::iterator it)
+  using Key = std::pair<std::string, std::string>;  // (owner, handle)
+  // What leaves the index: declared before the lock, so that its
+  // destructor calls the on_abandon callbacks and drops the tensors (and
+  // perhaps their memory) once the lock is released.
+  struct Erased {
+    std::vector<std::shared_ptr<StoredTensor>> tensors;
+    std::vector<std::function<void()>> on_abandon;
+    ~Erased();
+  };
+
+  // owner's tensor handle, committed or not, once Create has allocated it;
+  // NOT_FOUND otherwise.
+  absl::StatusOr<Entry*> AllocatedLocked(absl::string_view owner,
+                                         absl::string_view handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes it (the key must exist) into erased.
+  void EraseLocked(std::map<Key, Entry>::iterator it, Erased& erased)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the upload's place in uploads_, if it holds one.
+  void EndUploadLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TensorStoreOptions options_;
   TensorMemory* const memory_;
-  mutable absl::Mutex mu_;
-  std::map<std::string, Entry> tensors_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int64_t> used_ ABSL_GUARDED_BY(mu_);
-  int64_t total_used_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<Ledger> ledger_;
+  mutable absl::Mutex mu_;  // taken before the ledger's
+  std::map<Key, Entry> tensors_ ABSL_GUARDED_BY(mu_);
+  // How many owners hold a tensor of each handle, so that a server-picked
+  // handle is fresh across all owners.
+  absl::flat_hash_map<std::string, int> handle_owners_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> uploads_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;
 };

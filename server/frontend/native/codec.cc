@@ -119,7 +119,7 @@ absl::StatusOr<char*> ResolveSharedMemory(const v1::SharedMemoryRef& ref,
         is_output ? "at least " : "exactly ", bytes, " bytes"));
   }
   absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> region =
-      o.plane.shared_memory->Find(ref.region());
+      o.plane.shared_memory->Find(o.plane.owner, ref.region());
   if (!region.ok()) {
     return absl::Status(
         region.status().code(),
@@ -153,7 +153,7 @@ absl::StatusOr<std::shared_ptr<const StoredTensor>> ResolveHandle(
         field, ".handle: server-side tensor handles are not served here"));
   }
   absl::StatusOr<std::shared_ptr<const StoredTensor>> stored =
-      o.plane.tensors->Find(t.handle());
+      o.plane.tensors->Find(o.plane.owner, t.handle());
   if (!stored.ok()) {
     return absl::Status(
         stored.status().code(),

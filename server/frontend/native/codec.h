@@ -34,11 +34,13 @@ class TensorStore;
 class SharedMemoryRegion;
 class SharedMemoryRegistry;
 
-// Where handles and shared-memory references are looked up; a null member
-// makes that transport UNIMPLEMENTED.
+// Where handles and shared-memory references are looked up, and whose: a
+// request reaches only its caller's objects (another identity's read as
+// missing). A null member makes that transport UNIMPLEMENTED.
 struct DataPlane {
   TensorStore* tensors = nullptr;
   const SharedMemoryRegistry* shared_memory = nullptr;
+  std::string owner;
 };
 
 // Where one output goes (options.outputs, validated).

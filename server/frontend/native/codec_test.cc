@@ -203,12 +203,19 @@ TEST(CodecTest, HandleInputsAreResidentAndInlineOnesHost) {
   absl::StatusOr<std::shared_ptr<StoredTensor>> a =
       store.Create("me", "a", DType::kFloat32, {4, 6}, 4 * 6 * 4);
   ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(store.Commit("a").ok());
+  ASSERT_TRUE(store.Commit("me", "a").ok());
   v1::GemmRequest r;
   r.mutable_a()->set_handle("a");
   *r.mutable_b() = MakeTensor({6, 2});
   DataPlane plane;
   plane.tensors = &store;
+  // Another identity's "a" reads as missing.
+  plane.owner = "someone-else";
+  absl::StatusOr<DecodedRequest> foreign = DecodeGemm(r, kMax, false, plane);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(foreign.status().message(), HasSubstr("a.handle: "));
+  plane.owner = "me";
   absl::StatusOr<DecodedRequest> d = DecodeGemm(r, kMax, false, plane);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_THAT(d->operands.inputs,

@@ -40,6 +40,11 @@ class DataPlaneTest : public testing::Test {
     backend_ = CreateCpuBackend(2);
     ServerConfig config;
     config.listen = "127.0.0.1:0";
+    // Shared memory is registered only over the local socket, where the
+    // server learns the caller's uid: every client here connects there.
+    socket_path_ = absl::StrCat("/tmp/coalesce-data-plane-", getpid(), "-",
+                                ++sockets_, ".sock");
+    config.unix_socket = socket_path_;
     config.shared_memory.allow = true;
     config.tensor_quota_bytes = 1 << 20;
     absl::StatusOr<std::unique_ptr<RunningServer>> server =
@@ -51,7 +56,7 @@ class DataPlaneTest : public testing::Test {
 
   std::unique_ptr<Client> Connect(int64_t chunk_bytes) {
     ClientOptions o;
-    o.server = absl::StrCat("127.0.0.1:", server_->port);
+    o.server = absl::StrCat("unix:", socket_path_);
     o.client_id = "test-client";
     o.chunk_bytes = chunk_bytes;
     absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
@@ -62,10 +67,12 @@ class DataPlaneTest : public testing::Test {
   // A raw stub for streams the client library would never send.
   std::unique_ptr<v1::TensorOps::Stub> Stub() {
     return v1::TensorOps::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port),
+        grpc::CreateChannel(absl::StrCat("unix:", socket_path_),
                             grpc::InsecureChannelCredentials()));
   }
 
+  static inline int sockets_ = 0;
+  std::string socket_path_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<RunningServer> server_;
   std::unique_ptr<Client> client_;
@@ -510,13 +517,18 @@ class ResidentDataPlaneTest : public testing::Test {
   void SetUp() override {
     ServerConfig config;
     config.listen = "127.0.0.1:0";
+    // Shared memory is registered only over the local socket, where the
+    // server learns the caller's uid: every client here connects there.
+    socket_path_ = absl::StrCat("/tmp/coalesce-data-plane-", getpid(), "-",
+                                ++sockets_, ".sock");
+    config.unix_socket = socket_path_;
     config.shared_memory.allow = true;
     absl::StatusOr<std::unique_ptr<RunningServer>> server =
         BuildServer(config, &backend_, "test");
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     ClientOptions o;
-    o.server = absl::StrCat("127.0.0.1:", server_->port);
+    o.server = absl::StrCat("unix:", socket_path_);
     o.client_id = "test-client";
     o.chunk_bytes = 7;  // chunks split elements
     absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
@@ -524,6 +536,8 @@ class ResidentDataPlaneTest : public testing::Test {
     client_ = std::move(*c);
   }
 
+  static inline int sockets_ = 0;
+  std::string socket_path_;
   std::unique_ptr<Backend> cpu_ = CreateCpuBackend(2);
   ScrambledResidentBackend backend_{cpu_.get()};
   std::unique_ptr<RunningServer> server_;

@@ -2,15 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 #include "kernels/backends.h"
 #include "kernels/selection/heuristic.h"
+#include "server/frontend/native/upload_framing.h"
 #include "server/frontend/status.h"
 #include "spdlog/spdlog.h"
 
@@ -89,22 +93,38 @@ void FillReport(const Backend& backend, const Problem& p,
   }
 }
 
-// The client that tensors are charged to: the x-coalesce-client metadata,
-// else the peer's address without its port (so that one host's reconnects
-// share a quota).
-std::string ClientId(const grpc::ServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find("x-coalesce-client");
-  if (it != metadata.end() && !it->second.empty()) {
-    return std::string(it->second.data(), it->second.size());
+// OK while the call is wanted: CANCELLED once its client went away, its
+// deadline passed or the server's shutdown grace ended. Checked before
+// anything is allocated or launched for it.
+absl::Status CheckWanted(const grpc::ServerContext& context) {
+  if (context.IsCancelled()) {
+    return absl::CancelledError(
+        "the call was cancelled (deadline passed, client gone or server "
+        "shutting down)");
   }
-  std::string peer = context.peer();
-  const size_t colon = peer.rfind(':');
-  if (colon != std::string::npos && colon > peer.find(':')) {
-    peer.resize(colon);
-  }
-  return peer;
+  return absl::OkStatus();
 }
+
+// Lets the tensor store cancel an upload stream from another thread (its
+// idle sweeper, or a DeleteTensor of the upload) without touching a
+// ServerContext that its handler has already left: the handler detaches
+// before it returns.
+class UploadCanceller {
+ public:
+  explicit UploadCanceller(grpc::ServerContext* context) : context_(context) {}
+  void Cancel() {
+    absl::MutexLock lock(&mu_);
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  void Detach() {
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+  }
+
+ private:
+  absl::Mutex mu_;
+  grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_);
+};
 
 // Prefixes a status's message with the field it concerns.
 absl::Status InField(const absl::Status& status, absl::string_view field) {
@@ -197,14 +217,16 @@ TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
                                    std::string backend_reason,
                                    ServiceMetrics* metrics, Selector* selector,
                                    TensorStore* tensors,
-                                   SharedMemoryRegistry* shared_memory)
+                                   SharedMemoryRegistry* shared_memory,
+                                   const Authenticator* auth)
     : backend_(backend),
       config_(std::move(config)),
       backend_reason_(std::move(backend_reason)),
       metrics_(metrics),
       selector_(selector),
       tensors_(tensors),
-      shared_memory_(shared_memory) {}
+      shared_memory_(shared_memory),
+      auth_(auth) {}
 
 void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health) {
   health_.store(health);
@@ -223,13 +245,18 @@ void TensorOpsService::PublishHealth() {
   health->SetServingStatus(v1::TensorOps::service_full_name(), status.ok());
 }
 
-absl::Status TensorOpsService::Run(Call& call,
-                                   const grpc::ServerContext& context,
+absl::Status TensorOpsService::Run(Call& call, grpc::ServerContext& context,
+                                   const Caller& caller,
                                    const DecodedRequest& d,
                                    absl::Span<v1::Tensor* const> outputs,
                                    v1::KernelReport* report) {
-  COALESCE_ASSIGN_OR_RETURN(const Selection selection,
-                            selector_->Select(d.problem, d.forced_variant));
+  COALESCE_RETURN_IF_ERROR(CheckWanted(context));
+  SelectContext select;
+  select.may_tune = caller.role == Role::kAdmin;
+  select.cancelled = [&context] { return context.IsCancelled(); };
+  COALESCE_ASSIGN_OR_RETURN(
+      const Selection selection,
+      selector_->Select(d.problem, d.forced_variant, select));
   call.metrics().VariantSelected(selection);
   Operands operands = d.operands;
   operands.output_spaces.assign(outputs.size(), MemorySpace::kHost);
@@ -238,7 +265,7 @@ absl::Status TensorOpsService::Run(Call& call,
   absl::InlinedVector<std::string, 2> created;
   const auto abandon = [&] {
     for (const std::string& handle : created) {
-      tensors_->Delete(handle).IgnoreError();
+      tensors_->Delete(caller.identity, handle).IgnoreError();
     }
   };
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -252,9 +279,8 @@ absl::Status TensorOpsService::Run(Call& call,
       case v1::OUTPUT_PLACEMENT_SERVER_HANDLE: {
         // The kernel writes straight into the stored tensor, in the
         // backend's resident memory (device memory on a GPU): no copy after.
-        absl::StatusOr<std::shared_ptr<StoredTensor>> t =
-            tensors_->Create(ClientId(context), "", dtype, d.output_shapes[i],
-                             d.sizes.outputs[i]);
+        absl::StatusOr<std::shared_ptr<StoredTensor>> t = tensors_->Create(
+            caller.identity, "", dtype, d.output_shapes[i], d.sizes.outputs[i]);
         if (!t.ok()) {
           abandon();
           return InField(t.status(), absl::StrCat("options.outputs[", i, "]"));
@@ -279,6 +305,10 @@ absl::Status TensorOpsService::Run(Call& call,
       }
     }
   }
+  if (absl::Status wanted = CheckWanted(context); !wanted.ok()) {
+    abandon();
+    return wanted;
+  }
   RunResult run;
   call.BackendStarted();
   const absl::Status status =
@@ -297,7 +327,7 @@ absl::Status TensorOpsService::Run(Call& call,
     }
   }
   for (const std::string& handle : created) {
-    COALESCE_RETURN_IF_ERROR(tensors_->Commit(handle));
+    COALESCE_RETURN_IF_ERROR(tensors_->Commit(caller.identity, handle));
   }
   const KernelObservation kernel =
       Observe(backend_->device(), d.problem, *selection.variant, run);
@@ -314,24 +344,29 @@ grpc::Status TensorOpsService::Transpose(grpc::ServerContext* context,
                                          const v1::TransposeRequest* request,
                                          v1::TransposeResponse* response) {
   Call call(metrics_, Rpc::kTranspose);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
   const absl::StatusOr<DecodedRequest> d =
       DecodeTranspose(*request, config_.max_tensor_bytes,
-                      /*shape_only=*/false, plane());
+                      /*shape_only=*/false, plane(*caller));
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(Run(call, *context, *d, {response->mutable_output()},
-                         d->report ? response->mutable_report() : nullptr),
-                     *request, *response);
+  return call.Finish(
+      Run(call, *context, *caller, *d, {response->mutable_output()},
+          d->report ? response->mutable_report() : nullptr),
+      *request, *response);
 }
 
 grpc::Status TensorOpsService::Gemm(grpc::ServerContext* context,
                                     const v1::GemmRequest* request,
                                     v1::GemmResponse* response) {
   Call call(metrics_, Rpc::kGemm);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
   const absl::StatusOr<DecodedRequest> d =
       DecodeGemm(*request, config_.max_tensor_bytes,
-                 /*shape_only=*/false, plane());
+                 /*shape_only=*/false, plane(*caller));
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(Run(call, *context, *d, {response->mutable_d()},
+  return call.Finish(Run(call, *context, *caller, *d, {response->mutable_d()},
                          d->report ? response->mutable_report() : nullptr),
                      *request, *response);
 }
@@ -340,33 +375,41 @@ grpc::Status TensorOpsService::ConvertLayout(
     grpc::ServerContext* context, const v1::ConvertLayoutRequest* request,
     v1::ConvertLayoutResponse* response) {
   Call call(metrics_, Rpc::kConvertLayout);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
   const absl::StatusOr<DecodedRequest> d =
       DecodeConvertLayout(*request, config_.max_tensor_bytes,
-                          /*shape_only=*/false, plane());
+                          /*shape_only=*/false, plane(*caller));
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(Run(call, *context, *d, {response->mutable_output()},
-                         d->report ? response->mutable_report() : nullptr),
-                     *request, *response);
+  return call.Finish(
+      Run(call, *context, *caller, *d, {response->mutable_output()},
+          d->report ? response->mutable_report() : nullptr),
+      *request, *response);
 }
 
 grpc::Status TensorOpsService::GeluLayerNorm(
     grpc::ServerContext* context, const v1::GeluLayerNormRequest* request,
     v1::GeluLayerNormResponse* response) {
   Call call(metrics_, Rpc::kGeluLayerNorm);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
   const absl::StatusOr<DecodedRequest> d =
       DecodeGeluLayerNorm(*request, config_.max_tensor_bytes,
-                          /*shape_only=*/false, plane());
+                          /*shape_only=*/false, plane(*caller));
   if (!d.ok()) return call.Finish(d.status(), *request, *response);
   v1::Tensor* h = d->sizes.outputs[kLnH] > 0 ? response->mutable_h() : nullptr;
-  return call.Finish(Run(call, *context, *d, {response->mutable_y(), h},
-                         d->report ? response->mutable_report() : nullptr),
-                     *request, *response);
+  return call.Finish(
+      Run(call, *context, *caller, *d, {response->mutable_y(), h},
+          d->report ? response->mutable_report() : nullptr),
+      *request, *response);
 }
 
 grpc::Status TensorOpsService::GetServerInfo(
-    grpc::ServerContext* /*context*/, const v1::GetServerInfoRequest* request,
+    grpc::ServerContext* context, const v1::GetServerInfoRequest* request,
     v1::GetServerInfoResponse* response) {
   Call call(metrics_, Rpc::kGetServerInfo);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
   response->set_backend(std::string(BackendName(backend_->kind())));
   for (const DeviceInfo& d : backend_->VisibleDevices()) {
     FillDeviceInfo(d, response->add_devices());
@@ -395,23 +438,31 @@ grpc::Status TensorOpsService::ExplainSelection(
     grpc::ServerContext* context, const v1::ExplainSelectionRequest* request,
     v1::ExplainSelectionResponse* response) {
   Call call(metrics_, Rpc::kExplainSelection);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+  if (request->measure()) {
+    // Timing every variant spends device time on the server's behalf.
+    const absl::Status allowed =
+        Authorize(*caller, Role::kAdmin, "ExplainSelection.measure");
+    if (!allowed.ok()) return call.Finish(allowed, *request, *response);
+  }
   const int64_t max = config_.max_tensor_bytes;
   absl::StatusOr<DecodedRequest> d;
   switch (request->request_case()) {
     case v1::ExplainSelectionRequest::kTranspose:
       d = DecodeTranspose(request->transpose(), max, /*shape_only=*/true,
-                          plane());
+                          plane(*caller));
       break;
     case v1::ExplainSelectionRequest::kGemm:
-      d = DecodeGemm(request->gemm(), max, /*shape_only=*/true, plane());
+      d = DecodeGemm(request->gemm(), max, /*shape_only=*/true, plane(*caller));
       break;
     case v1::ExplainSelectionRequest::kConvertLayout:
       d = DecodeConvertLayout(request->convert_layout(), max,
-                              /*shape_only=*/true, plane());
+                              /*shape_only=*/true, plane(*caller));
       break;
     case v1::ExplainSelectionRequest::kGeluLayerNorm:
       d = DecodeGeluLayerNorm(request->gelu_layer_norm(), max,
-                              /*shape_only=*/true, plane());
+                              /*shape_only=*/true, plane(*caller));
       break;
     default:
       d = absl::InvalidArgumentError(
@@ -455,10 +506,13 @@ grpc::Status TensorOpsService::ExplainSelection(
   return call.Finish(absl::OkStatus(), *request, *response);
 }
 
-grpc::Status TensorOpsService::Echo(grpc::ServerContext* /*context*/,
+grpc::Status TensorOpsService::Echo(grpc::ServerContext* context,
                                     const v1::EchoRequest* request,
                                     v1::EchoResponse* response) {
   Call call(metrics_, Rpc::kEcho);
+  // Authenticated like an op: the floor an op is compared with includes it.
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
   // One copy into the response, as an op writes its output into one.
   *response->mutable_payload() = request->payload();
   return call.Finish(absl::OkStatus(), *request, *response);
@@ -471,95 +525,103 @@ grpc::Status TensorOpsService::PutTensor(
   Call call(metrics_, Rpc::kPutTensor);
   int64_t request_bytes = 0;
   v1::PutTensorRequest message;
+  // Shared with the store's on_abandon, which may outlive this call.
+  const auto canceller = std::make_shared<UploadCanceller>(context);
   const absl::Status status = [&]() -> absl::Status {
+    COALESCE_ASSIGN_OR_RETURN(const Caller caller,
+                              auth_->Authenticate(*context));
     if (!reader->Read(&message)) {
       return absl::InvalidArgumentError(
           "header: the stream ended before its first message");
     }
     request_bytes += static_cast<int64_t>(message.ByteSizeLong());
-    if (message.part_case() != v1::PutTensorRequest::kHeader) {
-      return absl::InvalidArgumentError(
-          "header: the first message must carry the header (dtype, shape), "
-          "not a chunk");
-    }
-    COALESCE_ASSIGN_OR_RETURN(const TensorHeader h,
-                              DecodePutTensorHeader(message.header()));
-    // Quota, cap and name are checked here, before any chunk is accepted.
+    UploadFraming framing;
+    COALESCE_ASSIGN_OR_RETURN(const TensorHeader h, framing.Start(message));
+    COALESCE_RETURN_IF_ERROR(CheckWanted(*context));
+    // Quota, cap, name and the upload limit are checked here, before any
+    // chunk is accepted; the declared size stays reserved until the memory
+    // is freed.
+    CreateOptions create;
+    create.upload = true;
+    create.on_abandon = [canceller] { canceller->Cancel(); };
     COALESCE_ASSIGN_OR_RETURN(
         const std::shared_ptr<StoredTensor> t,
-        tensors_->Create(ClientId(*context), message.header().name(), h.dtype,
-                         h.shape, h.bytes));
+        tensors_->Create(caller.identity, message.header().name(), h.dtype,
+                         h.shape, h.bytes, std::move(create)));
     const absl::Status received = [&]() -> absl::Status {
       // A chunk's copy to the device runs while the next one is read; the
       // writer's destructor waits for any still running before an error
       // path below deletes the tensor.
       const std::unique_ptr<ResidentWriter> writer =
           tensors_->memory().OpenWriter(t->data.get(), h.bytes);
-      int64_t offset = 0;
-      int64_t n = 1;
-      for (; reader->Read(&message); ++n) {
+      while (reader->Read(&message)) {
         request_bytes += static_cast<int64_t>(message.ByteSizeLong());
-        if (message.part_case() != v1::PutTensorRequest::kChunk) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "chunk: message ", n,
-              " carries no chunk; only the first message carries the header"));
-        }
-        const int64_t size = static_cast<int64_t>(message.chunk().size());
-        if (size > h.bytes - offset) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "chunk: message ", n, " ends at byte ", offset + size,
-              ", past the tensor's ", h.bytes, " bytes"));
-        }
+        if (t->abandoned()) break;
+        COALESCE_ASSIGN_OR_RETURN(const UploadFraming::Piece piece,
+                                  framing.Next(message));
+        COALESCE_RETURN_IF_ERROR(tensors_->Touch(caller.identity, t->handle));
         const absl::Status copied =
-            writer->Write(offset, message.chunk().data(), size);
+            writer->Write(piece.offset, piece.bytes.data(),
+                          static_cast<int64_t>(piece.bytes.size()));
         if (!copied.ok()) {
           PublishHealth();  // a device fault makes the server unhealthy
-          return InField(copied, absl::StrCat("chunk: message ", n));
+          return InField(copied,
+                         absl::StrCat("chunk: message ", piece.message));
         }
-        offset += size;
       }
-      if (offset != h.bytes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("chunk: the stream ended after ", offset,
-                         " bytes of the tensor's ", h.bytes));
+      if (t->abandoned()) {
+        return absl::AbortedError(absl::StrCat(
+            "upload of ", Quoted(t->handle),
+            " ended: the tensor was deleted, or no chunk arrived for "
+            "--upload_idle_timeout_s"));
       }
+      if (context->IsCancelled()) return CheckWanted(*context);
+      COALESCE_RETURN_IF_ERROR(framing.Finish());
       // Every chunk in place before the handle becomes usable.
       const absl::Status finished = writer->Finish();
       if (!finished.ok()) {
         PublishHealth();
-        return InField(finished, absl::StrCat("chunk: messages 1 to ", n - 1));
+        return InField(finished,
+                       absl::StrCat("chunk: messages 1 to ", framing.chunks()));
       }
-      return tensors_->Commit(t->handle);
+      return tensors_->Commit(caller.identity, t->handle);
     }();
     if (!received.ok()) {
-      tensors_->Delete(t->handle).IgnoreError();
+      // The handler's own status goes back, not the cancellation that
+      // deleting an upload asks for.
+      canceller->Detach();
+      tensors_->Delete(caller.identity, t->handle).IgnoreError();
       return received;
     }
     FillTensorInfo(ListingOf(*t), response->mutable_tensor());
     return absl::OkStatus();
   }();
+  canceller->Detach();
   return call.Finish(
       status, request_bytes,
       status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
 }
 
 grpc::Status TensorOpsService::GetTensor(
-    grpc::ServerContext* /*context*/, const v1::GetTensorRequest* request,
+    grpc::ServerContext* context, const v1::GetTensorRequest* request,
     grpc::ServerWriter<v1::GetTensorResponse>* writer) {
   Call call(metrics_, Rpc::kGetTensor);
   int64_t response_bytes = 0;
   const absl::Status status = [&]() -> absl::Status {
+    COALESCE_ASSIGN_OR_RETURN(const Caller caller,
+                              auth_->Authenticate(*context));
     COALESCE_ASSIGN_OR_RETURN(
         const int64_t chunk_bytes,
         DecodeChunkBytes(request->chunk_bytes(), kDefaultChunkBytes,
                          config_.max_message_bytes - kChunkMessageOverhead));
     absl::StatusOr<std::shared_ptr<const StoredTensor>> t =
-        tensors_->Find(request->handle());
+        tensors_->Find(caller.identity, request->handle());
     if (!t.ok()) return InField(t.status(), "handle");
     const StoredTensor& tensor = **t;
     v1::GetTensorResponse message;
     FillTensorInfo(ListingOf(tensor), message.mutable_tensor());
     for (int64_t offset = 0; offset < tensor.bytes; offset += chunk_bytes) {
+      COALESCE_RETURN_IF_ERROR(CheckWanted(*context));
       const int64_t size = std::min(chunk_bytes, tensor.bytes - offset);
       std::string* chunk = message.mutable_chunk();
       chunk->resize(size);
@@ -581,10 +643,13 @@ grpc::Status TensorOpsService::GetTensor(
 }
 
 grpc::Status TensorOpsService::DeleteTensor(
-    grpc::ServerContext* /*context*/, const v1::DeleteTensorRequest* request,
+    grpc::ServerContext* context, const v1::DeleteTensorRequest* request,
     v1::DeleteTensorResponse* response) {
   Call call(metrics_, Rpc::kDeleteTensor);
-  absl::StatusOr<int64_t> freed = tensors_->Delete(request->handle());
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+  absl::StatusOr<int64_t> freed =
+      tensors_->Delete(caller->identity, request->handle());
   if (freed.ok()) response->set_freed_bytes(*freed);
   return call.Finish(InField(freed.status(), "handle"), *request, *response);
 }
@@ -593,7 +658,9 @@ grpc::Status TensorOpsService::ListTensors(
     grpc::ServerContext* context, const v1::ListTensorsRequest* request,
     v1::ListTensorsResponse* response) {
   Call call(metrics_, Rpc::kListTensors);
-  const std::string client = ClientId(*context);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+  const std::string& client = caller->identity;
   for (const TensorListing& t : tensors_->List(client)) {
     FillTensorInfo(t, response->add_tensors());
   }
@@ -609,27 +676,33 @@ grpc::Status TensorOpsService::RegisterSharedMemory(
     const v1::RegisterSharedMemoryRequest* request,
     v1::RegisterSharedMemoryResponse* response) {
   Call call(metrics_, Rpc::kRegisterSharedMemory);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
   return call.Finish(shared_memory_->Register(
-                         ClientId(*context), request->name(), request->key(),
-                         request->offset(), request->byte_size()),
+                         caller->identity, request->name(), request->key(),
+                         request->offset(), request->byte_size(), caller->uid),
                      *request, *response);
 }
 
 grpc::Status TensorOpsService::UnregisterSharedMemory(
-    grpc::ServerContext* /*context*/,
+    grpc::ServerContext* context,
     const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse* response) {
   Call call(metrics_, Rpc::kUnregisterSharedMemory);
-  return call.Finish(shared_memory_->Unregister(request->name()), *request,
-                     *response);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+  return call.Finish(
+      shared_memory_->Unregister(caller->identity, request->name()), *request,
+      *response);
 }
 
 grpc::Status TensorOpsService::ListSharedMemory(
-    grpc::ServerContext* /*context*/,
-    const v1::ListSharedMemoryRequest* request,
+    grpc::ServerContext* context, const v1::ListSharedMemoryRequest* request,
     v1::ListSharedMemoryResponse* response) {
   Call call(metrics_, Rpc::kListSharedMemory);
-  for (const SharedMemoryListing& r : shared_memory_->List()) {
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+  for (const SharedMemoryListing& r : shared_memory_->List(caller->identity)) {
     v1::SharedMemoryRegion* out = response->add_regions();
     out->set_name(r.name);
     out->set_key(r.key);

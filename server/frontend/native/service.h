@@ -21,6 +21,7 @@
 #include "coalesce/v1/tensor_ops.grpc.pb.h"
 #include "kernels/core/backend.h"
 #include "kernels/selection/selector.h"
+#include "server/auth/authenticator.h"
 #include "server/config.h"
 #include "server/frontend/native/codec.h"
 #include "server/metrics/service_metrics.h"
@@ -31,8 +32,10 @@ namespace coalesce {
 
 class TensorOpsService final : public v1::TensorOps::Service {
  public:
-  // backend, metrics, selector, tensors and shared_memory are not owned and
-  // must outlive the service. backend_reason says why this backend serves
+  // backend, metrics, selector, tensors, shared_memory and auth are not
+  // owned and must outlive the service. auth decides who each call is:
+  // every RPC is authenticated first, and reaches only its caller's tensors
+  // and regions. backend_reason says why this backend serves
   // (reported by GetServerInfo). selector chooses the variant of every
   // request without a forced one. tensors must keep its bytes in backend's
   // resident memory (BackendTensorMemory): ops hand stored tensors to
@@ -40,7 +43,8 @@ class TensorOpsService final : public v1::TensorOps::Service {
   TensorOpsService(Backend* backend, ServerConfig config,
                    std::string backend_reason, ServiceMetrics* metrics,
                    Selector* selector, TensorStore* tensors,
-                   SharedMemoryRegistry* shared_memory);
+                   SharedMemoryRegistry* shared_memory,
+                   const Authenticator* auth);
 
   // Publishes the backend's health as the serving status of "" and of
   // coalesce.v1.TensorOps, now and after every failed execution, so that a
@@ -103,13 +107,15 @@ class TensorOpsService final : public v1::TensorOps::Service {
 
   // Selects a variant for d, places each requested output where
   // d.output_targets says (inline: the matching response tensor's bytes;
-  // a handle: a new stored tensor owned by the calling client; shared memory:
+  // a handle: a new stored tensor owned by the caller; shared memory:
   // already resolved), runs it and fills report when d.report.
-  absl::Status Run(Call& call, const grpc::ServerContext& context,
-                   const DecodedRequest& d,
+  absl::Status Run(Call& call, grpc::ServerContext& context,
+                   const Caller& caller, const DecodedRequest& d,
                    absl::Span<v1::Tensor* const> outputs,
                    v1::KernelReport* report);
-  DataPlane plane() const { return DataPlane{tensors_, shared_memory_}; }
+  DataPlane plane(const Caller& caller) const {
+    return DataPlane{tensors_, shared_memory_, caller.identity};
+  }
   void PublishHealth();
 
   Backend* const backend_;
@@ -119,6 +125,7 @@ class TensorOpsService final : public v1::TensorOps::Service {
   Selector* const selector_;
   TensorStore* const tensors_;
   SharedMemoryRegistry* const shared_memory_;
+  const Authenticator* const auth_;
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
 };
 
