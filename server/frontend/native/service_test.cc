@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <random>
 #include <set>
@@ -709,6 +710,101 @@ TEST(ServiceSelectionTest, EagerAutotuneServesFromTheCache) {
               PermuteReference(request.input().raw(), {96, 80}, {1, 0}, 4));
   }
   EXPECT_EQ((*server)->selector->tunings(), 1);
+}
+
+// With tokens configured, every RPC of coalesce.v1.TensorOps (taken from
+// the service descriptor, so a new RPC is covered the day it is added)
+// refuses a call without a token before doing anything, and the health
+// service still answers without one.
+TEST(ServiceAuthTest, EveryRpcNeedsAToken) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(1);
+  ServerConfig config;
+  config.listen = "";
+  config.auth_tokens.entries = {
+      {"user-token-0123456789abcdef", "team-a", Role::kUser}};
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, backend.get(), "test");
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::shared_ptr<grpc::Channel> channel = (*server)->InProcessChannel();
+  namespace pb = google::protobuf;
+  const pb::ServiceDescriptor* service =
+      pb::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::TensorOps::service_full_name());
+  ASSERT_NE(service, nullptr);
+  ASSERT_GE(service->method_count(), 14);
+  grpc::GenericStub stub(channel);
+  for (int i = 0; i < service->method_count(); ++i) {
+    const pb::MethodDescriptor* method = service->method(i);
+    // An empty message is a valid request of every type; a client stream
+    // of one message and a server stream that ends in an error are both a
+    // unary exchange on the wire.
+    grpc::Slice empty("", 0);
+    grpc::ByteBuffer request(&empty, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&context,
+                   absl::StrCat("/", service->full_name(), "/", method->name()),
+                   grpc::StubOptions(), &request, &response,
+                   [&done](grpc::Status s) { done.set_value(std::move(s)); });
+    const grpc::Status status = done.get_future().get();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << method->name() << ": " << status.error_message();
+  }
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  EXPECT_TRUE(health->Check(&context, request, &response).ok());
+}
+
+// A user's request on an untuned shape takes the heuristic choice: tuning
+// spends device time on the server's behalf, which only admins may ask for.
+TEST(ServiceAuthTest, OnlyAdminsStartTunings) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(1);
+  ServerConfig config;
+  config.listen = "";
+  config.selection.autotune = AutotuneMode::kEager;
+  config.selection.build_id = "test";
+  config.auth_tokens.entries = {
+      {"user-token-0123456789abcdef", "team-a", Role::kUser},
+      {"admin-token-0123456789abcdef", "ops", Role::kAdmin}};
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, backend.get(), "test");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::TensorOps::NewStub((*server)->InProcessChannel());
+  std::mt19937 rng(6);
+  v1::TransposeRequest request;
+  *request.mutable_input() =
+      RandomTensor({96, 80}, v1::DATA_TYPE_FLOAT32, &rng);
+  request.mutable_options()->set_report(true);
+  for (const auto& [token, source] :
+       {std::pair<const char*, const char*>{"user-token-0123456789abcdef",
+                                            "heuristic"},
+        {"admin-token-0123456789abcdef", "cache"}}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    v1::TransposeResponse response;
+    const grpc::Status status = stub->Transpose(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.report().selection_source(), source) << token;
+    EXPECT_EQ(response.output().raw(),
+              PermuteReference(request.input().raw(), {96, 80}, {1, 0}, 4));
+  }
+  EXPECT_EQ((*server)->selector->tunings(), 1);
+
+  v1::ExplainSelectionRequest explain;
+  *explain.mutable_transpose() = request;
+  explain.set_measure(true);
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer user-token-0123456789abcdef");
+  v1::ExplainSelectionResponse response;
+  const grpc::Status denied =
+      stub->ExplainSelection(&context, explain, &response);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(denied.error_message(), HasSubstr("ExplainSelection.measure"));
 }
 
 TEST(ServiceHealthTest, DeviceFaultTurnsHealthNotServing) {
