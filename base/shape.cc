@@ -37,7 +37,13 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims) {
 }
 
 std::string ShapeString(absl::Span<const int64_t> dims) {
-  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+  // Shapes come from clients: an error message shows a bounded prefix.
+  constexpr size_t kMaxShownDims = 8;
+  if (dims.size() <= kMaxShownDims) {
+    return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+  }
+  return absl::StrCat("[", absl::StrJoin(dims.subspan(0, kMaxShownDims), ","),
+                      ",...] (rank ", dims.size(), ")");
 }
 
 }  // namespace coalesce

@@ -26,7 +26,8 @@ bool CheckedProduct(absl::Span<const int64_t> dims, int64_t* product);
 // negative or the product overflows int64.
 absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims);
 
-// "[2,3,4]".
+// "[2,3,4]"; past 8 dimensions the first 8 and the rank, so that an error
+// quoting a client's shape stays short.
 std::string ShapeString(absl::Span<const int64_t> dims);
 
 }  // namespace coalesce
