@@ -1,5 +1,7 @@
 #include "kernels/core/backend.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +61,9 @@ std::unique_ptr<ResidentWriter> Backend::OpenResidentWriter(
       });
 }
 
+// Resident allocations from this size on are mapped pages of their own.
+constexpr size_t kOwnPagesBytes = size_t{1} << 20;
+
 absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResident(int64_t bytes) {
   if (bytes < 0) {
     return absl::InvalidArgumentError(
@@ -70,6 +75,20 @@ absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResident(int64_t bytes) {
       (static_cast<size_t>(bytes) + kHostResidentAlignment - 1) /
           kHostResidentAlignment * kHostResidentAlignment,
       kHostResidentAlignment);
+  // Large tensors get pages of their own, returned to the system when the
+  // tensor is freed: from malloc's arenas they would stay resident after
+  // free (glibc raises its mmap threshold to 32 MiB after the first large
+  // free), so a client's deleted tensors would hold memory past its quota.
+  if (rounded >= kOwnPagesBytes) {
+    void* pages = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (pages == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of host memory allocating ", bytes, " bytes"));
+    }
+    return std::shared_ptr<void>(pages,
+                                 [rounded](void* q) { munmap(q, rounded); });
+  }
   void* p = std::aligned_alloc(kHostResidentAlignment, rounded);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(

@@ -1,7 +1,10 @@
 #include "kernels/cuda/runtime/benchmark.h"
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -54,10 +57,31 @@ int BenchmarkSets(int64_t set_bytes, const BenchmarkOptions& opts,
              device.memory_bytes / 4 / std::max<int64_t>(set_bytes, 1))));
 }
 
+// Waits until stream is idle, polling: the host thread sleeps instead of
+// spinning in cudaStreamSynchronize, and a cancelled benchmark returns at
+// once. A kernel cannot be stopped: the device finishes what was queued,
+// and the buffers, freed in stream order, outlive it.
+absl::Status WaitForStream(cudaStream_t stream,
+                           const std::function<bool()>& cancelled) {
+  for (;;) {
+    const cudaError_t state = cudaStreamQuery(stream);
+    if (state == cudaSuccess) return absl::OkStatus();
+    if (state != cudaErrorNotReady) {
+      return CudaStatus(state, "cudaStreamQuery", __FILE__, __LINE__);
+    }
+    if (cancelled && cancelled()) {
+      return absl::CancelledError(
+          "benchmark cancelled while the device ran it");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 // Runs what enqueue puts on stream as a captured graph, launched twice,
 // and waits for it; enqueues it plainly where capture fails.
 absl::Status ReplayCaptured(cudaStream_t stream,
-                            absl::FunctionRef<absl::Status()> enqueue) {
+                            absl::FunctionRef<absl::Status()> enqueue,
+                            const std::function<bool()>& cancelled) {
   cudaGraph_t graph = nullptr;
   COALESCE_CUDA_RETURN_IF_ERROR(
       cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -72,10 +96,7 @@ absl::Status ReplayCaptured(cudaStream_t stream,
       st = CudaStatus(cudaGraphLaunch(exec, stream), "cudaGraphLaunch",
                       __FILE__, __LINE__);
     }
-    if (st.ok()) {
-      st = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize",
-                      __FILE__, __LINE__);
-    }
+    if (st.ok()) st = WaitForStream(stream, cancelled);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     return st;
@@ -83,8 +104,7 @@ absl::Status ReplayCaptured(cudaStream_t stream,
   if (graph != nullptr) cudaGraphDestroy(graph);
   cudaGetLastError();
   COALESCE_RETURN_IF_ERROR(enqueue());
-  COALESCE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return absl::OkStatus();
+  return WaitForStream(stream, cancelled);
 }
 
 // Times reps runs of run(rep) on stream, two ways: an event, then each run
@@ -99,8 +119,8 @@ absl::Status ReplayCaptured(cudaStream_t stream,
 // are back to back only as far as the host enqueues them faster than they
 // run).
 absl::StatusOr<RepTimes> TimeReps(
-    cudaStream_t stream, int reps,
-    absl::FunctionRef<absl::Status(int rep)> run) {
+    cudaStream_t stream, int reps, absl::FunctionRef<absl::Status(int rep)> run,
+    const std::function<bool()>& cancelled = nullptr) {
   RepTimes t;
   if (reps <= 0) return t;
   // ev[0..reps]: per launch; ev[reps + 1], ev[reps + 2]: back to back.
@@ -122,7 +142,7 @@ absl::StatusOr<RepTimes> TimeReps(
     for (int i = 0; i < reps; ++i) COALESCE_RETURN_IF_ERROR(run(reps + i));
     return record(reps + 2);
   };
-  COALESCE_RETURN_IF_ERROR(ReplayCaptured(stream, enqueue));
+  COALESCE_RETURN_IF_ERROR(ReplayCaptured(stream, enqueue, cancelled));
   for (int i = 0; i < reps; ++i) {
     COALESCE_ASSIGN_OR_RETURN(double s, events.Seconds(i, i + 1));
     t.per_launch.push_back(s);
@@ -139,8 +159,8 @@ absl::StatusOr<BenchmarkResult> BenchmarkVariant(const KernelVariant& v,
                                                  const BenchmarkOptions& opts,
                                                  const DeviceInfo& device,
                                                  cudaStream_t stream) {
-  // Asked once: every run of a variant is queued as one graph, milliseconds
-  // on the device.
+  // Asked before the buffers are made, and while the device runs the
+  // warm-up and the timed graph (a large GEMM's runs take seconds).
   if (opts.cancelled && opts.cancelled()) {
     return absl::CancelledError("benchmark cancelled before it started");
   }
@@ -176,11 +196,13 @@ absl::StatusOr<BenchmarkResult> BenchmarkVariant(const KernelVariant& v,
   for (int i = 0; i < std::max(1, opts.warmup); ++i) {
     COALESCE_RETURN_IF_ERROR(v.Run(p, ops[i % sets], ctx));
   }
+  COALESCE_RETURN_IF_ERROR(WaitForStream(stream, opts.cancelled));
   auto run = [&](int rep) {
     ctx.launch = LaunchInfo{};
     return v.Run(p, ops[rep % sets], ctx);
   };
-  COALESCE_ASSIGN_OR_RETURN(RepTimes t, TimeReps(stream, opts.reps, run));
+  COALESCE_ASSIGN_OR_RETURN(RepTimes t,
+                            TimeReps(stream, opts.reps, run, opts.cancelled));
   return SummarizeBenchmark(std::move(t.per_launch), t.back_to_back, sets,
                             ctx.launch);
 }
