@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-build-gpu}
-COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test profile_sampling_gpu_test gpu_data_plane_test coalesce-server coalesce-cli coalesce-kernel-gap}" \
+COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test profile_sampling_gpu_test gpu_data_plane_test coalesce-server coalesce-cli coalesce-kernel-gap abuse_test tls_test}" \
   scripts/build.sh
 rm -rf gpu-bundle gpu-bundle.tar.xz
 # Each binary is found by name anywhere in the build tree, so the bundle
@@ -15,7 +15,7 @@ rm -rf gpu-bundle gpu-bundle.tar.xz
 bins=()
 for name in coalesce-bench coalesce-kernel-gap cuda_conformance_test \
             profile_sampling_gpu_test gpu_data_plane_test coalesce-server \
-            coalesce; do
+            coalesce abuse_test tls_test; do
   path=$(find "$BUILD_DIR" -type f -name "$name" -perm -u+x -not -path '*/CMakeFiles/*' -print -quit)
   if [ -n "$path" ]; then
     bins+=("$path")
@@ -23,6 +23,8 @@ for name in coalesce-bench coalesce-kernel-gap cuda_conformance_test \
     echo "gpu-bundle: $name not built, left out" >&2
   fi
 done
+# The TLS tests make their certificates with the openssl command.
+if command -v openssl >/dev/null; then bins+=("$(command -v openssl)"); fi
 scripts/bundle-libs.sh gpu-bundle "${bins[@]}"
 # --profile_sampling loads CUPTI with dlopen (ldd, which bundle-libs.sh
 # follows, does not list it) and CUPTI loads libnvperf_host/_target itself.

@@ -24,6 +24,11 @@
 #   profile   ncu detail (instructions, issue slots, stalls, DRAM) for one
 #             launch of the fastest GELU-LN variant at [8192,4096], fp32
 #             and bf16: whether a kernel is bound by memory or by issue
+#   security  the abuse suite and the TLS tests (abuse_test, tls_test)
+#             against a CUDA server here: other identities' handles and
+#             regions, a region truncated while the GPU copies it, quota
+#             games, stalled uploads, cancellation storms, SIGTERM during a
+#             long measure, slow /metrics clients; security.log
 #   service   the service benchmark: coalesce-bench service against a server
 #             here (GELU-LN on device handles, transposes inline, Echo)
 #             and the GELU-LN kernel's own bandwidth at the same shape
@@ -193,6 +198,16 @@ if has tune; then
   #    re-measured.
   serve --tuning_table="$out/table-cold.txt"
   sweep tuned "$cold_seed"
+fi
+if has security; then
+  echo "== security: abuse_test and tls_test against a CUDA server"
+  for t in abuse_test tls_test; do
+    [ -x "$bin/$t" ] || { echo "$t not in the bundle"; status=1; continue; }
+    COALESCE_TEST_DEVICE=cuda COALESCE_SERVER_BINARY="$bin/coalesce-server" \
+      COALESCE_CLI_BINARY="$bin/coalesce" PATH="$bin:$PATH" \
+      "$bin/$t" 2>&1 | tee -a "$out/security.log" | grep -E '^\[ *(OK|FAILED|SKIPPED|PASSED) ' 
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
 fi
 if has service; then
   # The service on this GPU: 64 MiB float32 GELU-LN with its input a

@@ -13,6 +13,8 @@ packages=(
   python3 python3-numpy
   clang-format  # scripts/format.sh --check, run by scripts/test.sh
   prometheus  # promtool and a real Prometheus for the metrics e2e tests
+  openssl  # certificates for the TLS end-to-end tests
+  clang libclang-rt-14-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh)
 )
 
 missing=()
