@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # README command 2: install what is missing, check the C++/CUDA formatting
 # (scripts/format.sh --check; scripts/format.sh fixes it), build, run every
-# test. GPU tests (CTest label gpu) skip with a reason where no GPU is
-# visible.
+# test (GPU tests, CTest label gpu, skip with a reason where no GPU is
+# visible); then each libFuzzer target for FUZZ_SECONDS (default 20) on its
+# corpus (scripts/fuzz.sh), and the unit and end-to-end tests again under
+# ASan+UBSan and the server's under TSan (scripts/sanitize.sh). QUICK=1
+# stops after the plain tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # OpenMP workers sleep when idle instead of spinning: the server and the
 # tests share the cores with other work.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+start=$SECONDS
 scripts/install-deps.sh
 scripts/format.sh --check
 scripts/build.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
+echo "[test] build and tests: $((SECONDS - start)) s"
+if [ "${QUICK:-0}" = 1 ]; then exit 0; fi
+scripts/fuzz.sh --seconds="${FUZZ_SECONDS:-20}" --jobs="$(nproc)"
+echo "[test] fuzzing done: $((SECONDS - start)) s"
+scripts/sanitize.sh
+echo "[test] all done: $((SECONDS - start)) s"
