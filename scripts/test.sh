@@ -3,9 +3,8 @@
 # (scripts/format.sh --check; scripts/format.sh fixes it), build, run every
 # test (GPU tests, CTest label gpu, skip with a reason where no GPU is
 # visible); then each libFuzzer target for FUZZ_SECONDS (default 20) on its
-# corpus (scripts/fuzz.sh), and the unit and end-to-end tests again under
-# ASan+UBSan and the server's under TSan (scripts/sanitize.sh). QUICK=1
-# stops after the plain tests.
+# corpus (scripts/fuzz.sh). QUICK=1 stops after the plain tests.
+# scripts/sanitize.sh runs the tests under ASan+UBSan and TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # OpenMP workers sleep when idle instead of spinning: the server and the
@@ -19,6 +18,4 @@ ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 echo "[test] build and tests: $((SECONDS - start)) s"
 if [ "${QUICK:-0}" = 1 ]; then exit 0; fi
 scripts/fuzz.sh --seconds="${FUZZ_SECONDS:-20}" --jobs="$(nproc)"
-echo "[test] fuzzing done: $((SECONDS - start)) s"
-scripts/sanitize.sh
 echo "[test] all done: $((SECONDS - start)) s"
