@@ -35,15 +35,16 @@ phase() { # phase NAME: the time since the previous phase ended
   phase_t0=$SECONDS
 }
 
-# configure DIR SANITIZERS. -O1 -g: reports with lines, tests at a
-# bearable speed.
+# configure DIR SANITIZERS. -O1: tests at a bearable speed. -g1: line
+# tables, inlined frames included, which is all a report's stack needs,
+# for a sixth less compile time than -g.
 configure() {
   local launcher=
   if [ -n "${CCACHE_DIR:-}" ]; then launcher=ccache; fi
   cmake -S . -B "$1" -G Ninja -DCOALESCE_CUDA=OFF \
     -DCOALESCE_SANITIZE="$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DCMAKE_C_COMPILER_LAUNCHER="$launcher" \
     -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" >/dev/null
 }

@@ -53,7 +53,7 @@ struct SelectorOptions {
 
 // What one request allows Select to do beyond choosing.
 struct SelectContext {
-  // Whether a miss may start a tuning: tuning spends device time on the
+  // Whether a miss may start a tuning: tuning spends GPU time on the
   // server's behalf, which only the admin role may ask for.
   bool may_tune = true;
   // Asked between the timed runs of an eager tuning: true stops it (the

@@ -17,7 +17,7 @@
 
 namespace coalesce {
 
-// user: ops, tensors and regions. admin: also what spends device time on
+// user: ops, tensors and regions. admin: also what spends GPU time on
 // the server's behalf (tuning, ExplainSelection's measure).
 enum class Role { kUser, kAdmin };
 

@@ -441,7 +441,7 @@ grpc::Status TensorOpsService::ExplainSelection(
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
   if (request->measure()) {
-    // Timing every variant spends device time on the server's behalf.
+    // Timing every variant spends GPU time on the server's behalf.
     const absl::Status allowed =
         Authorize(*caller, Role::kAdmin, "ExplainSelection.measure");
     if (!allowed.ok()) return call.Finish(allowed, *request, *response);

@@ -761,7 +761,7 @@ TEST(ServiceAuthTest, EveryRpcNeedsAToken) {
 }
 
 // A user's request on an untuned shape takes the heuristic choice: tuning
-// spends device time on the server's behalf, which only admins may ask for.
+// spends GPU time on the server's behalf, which only admins may ask for.
 TEST(ServiceAuthTest, OnlyAdminsStartTunings) {
   std::unique_ptr<Backend> backend = CreateCpuBackend(1);
   ServerConfig config;
