@@ -2,9 +2,10 @@
 # README command 2: install what is missing, check the C++/CUDA formatting
 # (scripts/format.sh --check; scripts/format.sh fixes it), build, run every
 # test (GPU tests, CTest label gpu, skip with a reason where no GPU is
-# visible); then each libFuzzer target for FUZZ_SECONDS (default 20) on its
-# corpus (scripts/fuzz.sh). QUICK=1 stops after the plain tests.
-# scripts/sanitize.sh runs the tests under ASan+UBSan and TSan.
+# visible); then the unit and e2e tests again under ASan+UBSan and the
+# server's tests under TSan (scripts/sanitize.sh); then each libFuzzer
+# target for FUZZ_SECONDS (default 20) on its corpus (scripts/fuzz.sh).
+# QUICK=1 stops after the plain tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # OpenMP workers sleep when idle instead of spinning: the server and the
@@ -17,5 +18,6 @@ scripts/build.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 echo "[test] build and tests: $((SECONDS - start)) s"
 if [ "${QUICK:-0}" = 1 ]; then exit 0; fi
+scripts/sanitize.sh all
 scripts/fuzz.sh --seconds="${FUZZ_SECONDS:-20}" --jobs="$(nproc)"
 echo "[test] all done: $((SECONDS - start)) s"
