@@ -1,0 +1,139 @@
+// A per-device request scheduler: decoded requests wait here for one of a
+// fixed number of worker threads, so that a device runs at most
+// max_in_flight kernels at once and a flood of requests from one caller
+// queues behind itself rather than in front of everyone else.
+//
+// Admission is bounded (requests and bytes) and never blocks: a full queue
+// answers RESOURCE_EXHAUSTED at once so that clients back off instead of
+// piling up memory in the server. The next job to start is taken round robin
+// over the identities that have jobs waiting; each identity's jobs start in
+// the order they were submitted.
+//
+// Every admitted job ends in exactly one of Job::run or Job::reject, including
+// at shutdown and destruction.
+//
+// Thread-safety: all methods are thread-safe. Drain (and so the destructor)
+// must not be called from a scheduler thread, i.e. from inside Job::run or
+// Job::reject, since it waits for those threads to finish.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace coalesce {
+
+struct SchedulerOptions {
+  // Jobs running at once; one thread each. Values below 1 mean 1.
+  int max_in_flight = 4;
+  // Jobs waiting, all identities together.
+  int64_t max_queue_requests = 1024;
+  // Sum of Job::bytes of the waiting jobs.
+  int64_t max_queue_bytes = int64_t{1} << 30;
+};
+
+struct Job {
+  // The fairness key: the authenticated caller.
+  std::string identity;
+  // Counted against max_queue_bytes while the job waits (not while it runs:
+  // a running job's memory is the device's concern).
+  int64_t bytes = 0;
+  // Asked on the scheduler thread just before the job would start; true: the
+  // job never runs and reject gets CANCELLED. May be empty (never cancelled).
+  std::function<bool()> cancelled;
+  // Runs on a scheduler thread when the job's turn comes. queue_seconds: from
+  // Submit to this call.
+  absl::AnyInvocable<void(double queue_seconds) &&> run;
+  // Called once instead of run when the job will never run: cancelled before
+  // it started, or still waiting when Drain's deadline passed. Never called
+  // for a job whose Submit returned an error.
+  absl::AnyInvocable<void(absl::Status why) &&> reject;
+};
+
+class Scheduler {
+ public:
+  // name: for messages (e.g. "cuda:0"). Starts options.max_in_flight threads.
+  Scheduler(std::string name, SchedulerOptions options);
+  // Drain(absl::Now()) (a no-op after an earlier Drain), which joins the
+  // threads.
+  ~Scheduler();
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // OK: queued. RESOURCE_EXHAUSTED at once when max_queue_requests jobs wait,
+  // or when job.bytes would push the waiting bytes past max_queue_bytes (a
+  // job larger than max_queue_bytes is admitted when nothing else waits, so
+  // that big requests are not impossible). UNAVAILABLE once Drain began.
+  // INVALID_ARGUMENT when run or reject is empty or bytes < 0.
+  absl::Status Submit(Job job);
+
+  // Stops admitting; lets waiting jobs start (in fairness order) until
+  // `deadline`; then rejects every job still waiting with CANCELLED; then
+  // waits for running jobs to return (they watch their own cancellation).
+  // Idempotent; concurrent calls all return once the threads are joined, and
+  // the earliest deadline wins.
+  void Drain(absl::Time deadline);
+
+  struct Stats {
+    int64_t queued = 0;
+    int64_t queued_bytes = 0;
+    int64_t in_flight = 0;
+    int64_t identities_waiting = 0;
+  };
+  // Cheap: one short lock (read on every metrics scrape).
+  Stats stats() const;
+
+ private:
+  struct Waiting {
+    Job job;
+    std::chrono::steady_clock::time_point submitted;
+  };
+
+  void WorkerLoop();
+  // Starts (or, when cancelled, rejects) one job; called without mu_.
+  void Start(Waiting waiting);
+  // The next job in round-robin order over identities; turns_ not empty.
+  Waiting PopNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  bool WorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !turns_.empty() || stopping_;
+  }
+  bool NothingWaits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return turns_.empty();
+  }
+  bool Joined() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return joined_; }
+
+  const std::string name_;
+  const SchedulerOptions options_;
+
+  mutable absl::Mutex mu_;
+  // One FIFO per identity that has jobs waiting (no empty queues kept).
+  absl::flat_hash_map<std::string, std::deque<Waiting>> queues_
+      ABSL_GUARDED_BY(mu_);
+  // The identities of queues_, in the order they get their next turn.
+  std::deque<std::string> turns_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Drain began: Submit refuses.
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  // Nothing more will be queued: workers exit once nothing waits.
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The threads; taken (emptied) by the one Drain that joins them.
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
+  bool joined_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace coalesce

@@ -1,0 +1,584 @@
+#include "server/scheduler/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace coalesce {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Occupies every worker of a scheduler until Release() or destruction (or,
+// as a safety net against a hung test, a minute). The constructor returns
+// once all workers are running the blocking jobs, so later jobs are known to
+// wait. Declared after the Scheduler, a failed assertion releases the workers
+// before the Scheduler's destructor waits for them.
+class Blocker {
+ public:
+  Blocker(Scheduler& scheduler, int workers) {
+    auto started = std::make_shared<std::atomic<int>>(0);
+    for (int i = 0; i < workers; ++i) {
+      Job job;
+      job.identity = "blocker";
+      job.run = [state = state_, started](double) {
+        started->fetch_add(1);
+        if (!state->release.WaitForNotificationWithTimeout(absl::Minutes(1))) {
+          ADD_FAILURE() << "blocker never released";
+        }
+      };
+      job.reject = [](absl::Status status) {
+        ADD_FAILURE() << "blocker rejected: " << status;
+      };
+      EXPECT_TRUE(scheduler.Submit(std::move(job)).ok());
+    }
+    while (started->load() < workers) absl::SleepFor(absl::Milliseconds(1));
+  }
+  ~Blocker() { Release(); }
+  Blocker(const Blocker&) = delete;
+  Blocker& operator=(const Blocker&) = delete;
+
+  // Thread-safe; only the first call notifies.
+  void Release() {
+    if (!state_->released.exchange(true)) state_->release.Notify();
+  }
+
+ private:
+  struct State {
+    std::atomic<bool> released{false};
+    absl::Notification release;
+  };
+  // Shared with the jobs: they may still be waking when the Blocker is gone.
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+// A job that must never be rejected, running `body`.
+Job RunOnly(std::string identity, int64_t bytes,
+            absl::AnyInvocable<void(double) &&> body) {
+  Job job;
+  job.identity = std::move(identity);
+  job.bytes = bytes;
+  job.run = std::move(body);
+  job.reject = [](absl::Status status) {
+    ADD_FAILURE() << "unexpected reject: " << status;
+  };
+  return job;
+}
+
+TEST(SchedulerTest, ManySubmittersEveryJobRunsOnceWithItsOwnPayload) {
+  constexpr int kThreads = 16;
+  constexpr int kPerThread = 500;
+  constexpr int kMaxInFlight = 4;
+  SchedulerOptions options;
+  options.max_in_flight = kMaxInFlight;
+  options.max_queue_requests = kThreads * kPerThread;  // none refused
+  auto scheduler = std::make_unique<Scheduler>("cpu:0", options);
+
+  std::vector<uint64_t> expected(kThreads * kPerThread);
+  std::vector<uint64_t> got(kThreads * kPerThread, 0);
+  std::vector<std::atomic<int>> runs(kThreads * kPerThread);
+  std::atomic<int> rejects{0};
+  std::atomic<int> in_flight{0};
+  std::atomic<int> peak{0};
+
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < kThreads; ++t) {
+    submitters.emplace_back([&, t] {
+      std::mt19937_64 rng(1000 + t);
+      for (int j = 0; j < kPerThread; ++j) {
+        const int slot = t * kPerThread + j;
+        const uint64_t payload = rng();
+        expected[slot] = payload;  // written before Submit, read after join
+        Job job;
+        job.identity = absl::StrCat("caller", rng() % 7);
+        job.bytes = static_cast<int64_t>(rng() % 4096);
+        const int sleep_us = static_cast<int>(rng() % 40);
+        job.run = [&, slot, payload, sleep_us](double queue_seconds) {
+          const int now = in_flight.fetch_add(1) + 1;
+          int seen = peak.load();
+          while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+          }
+          EXPECT_GE(queue_seconds, 0.0);
+          if (sleep_us > 0) absl::SleepFor(absl::Microseconds(sleep_us));
+          got[slot] = payload;
+          runs[slot].fetch_add(1);
+          in_flight.fetch_sub(1);
+        };
+        job.reject = [&](absl::Status) { rejects.fetch_add(1); };
+        ASSERT_TRUE(scheduler->Submit(std::move(job)).ok());
+        if (j % 64 == 0) {
+          EXPECT_LE(scheduler->stats().in_flight, kMaxInFlight);
+        }
+      }
+    });
+  }
+  for (std::thread& s : submitters) s.join();
+  scheduler->Drain(absl::Now() + absl::Seconds(120));
+
+  EXPECT_EQ(rejects.load(), 0);
+  for (int i = 0; i < kThreads * kPerThread; ++i) {
+    ASSERT_EQ(runs[i].load(), 1) << "slot " << i;
+    ASSERT_EQ(got[i], expected[i]) << "slot " << i;
+  }
+  EXPECT_LE(peak.load(), kMaxInFlight);
+  EXPECT_GE(peak.load(), 1);
+  const Scheduler::Stats stats = scheduler->stats();
+  EXPECT_EQ(stats.queued, 0);
+  EXPECT_EQ(stats.queued_bytes, 0);
+  EXPECT_EQ(stats.in_flight, 0);
+  EXPECT_EQ(stats.identities_waiting, 0);
+}
+
+TEST(SchedulerTest, CancelledBeforeLaunchIsRejectedAndNeverRuns) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  Scheduler scheduler("cuda:0", options);
+  Blocker blocker(scheduler, 1);
+
+  std::mt19937 rng(42);
+  const int n = 20 + static_cast<int>(rng() % 30);
+  std::vector<bool> will_cancel(n);
+  // Flipped after Submit: the check must happen at launch, not at Submit.
+  std::vector<std::atomic<bool>> cancel_now(n);
+  std::vector<std::atomic<int>> ran(n), rejected(n);
+  std::vector<double> waited(n, -1);
+  absl::Mutex mu;
+  std::vector<absl::StatusCode> codes(n, absl::StatusCode::kOk);
+  int64_t bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    will_cancel[i] = rng() % 2 == 0;
+    Job job;
+    job.identity = absl::StrCat("id", rng() % 3);
+    job.bytes = 1 + rng() % 100;
+    bytes += job.bytes;
+    job.cancelled = [&cancel_now, i] { return cancel_now[i].load(); };
+    job.run = [&, i](double queue_seconds) {
+      waited[i] = queue_seconds;
+      ran[i].fetch_add(1);
+    };
+    job.reject = [&, i](absl::Status why) {
+      absl::MutexLock lock(&mu);
+      codes[i] = why.code();
+      rejected[i].fetch_add(1);
+    };
+    ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+  }
+  EXPECT_EQ(scheduler.stats().queued, n);
+  EXPECT_EQ(scheduler.stats().queued_bytes, bytes);
+  for (int i = 0; i < n; ++i) {
+    if (will_cancel[i]) cancel_now[i].store(true);
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  blocker.Release();
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+
+  for (int i = 0; i < n; ++i) {
+    absl::MutexLock lock(&mu);
+    if (will_cancel[i]) {
+      EXPECT_EQ(ran[i].load(), 0) << i;
+      EXPECT_EQ(rejected[i].load(), 1) << i;
+      EXPECT_EQ(codes[i], absl::StatusCode::kCancelled) << i;
+    } else {
+      EXPECT_EQ(ran[i].load(), 1) << i;
+      EXPECT_EQ(rejected[i].load(), 0) << i;
+      EXPECT_GE(waited[i], 0.04) << i;  // queued at least the 50 ms block
+    }
+  }
+  EXPECT_EQ(scheduler.stats().queued, 0);
+  EXPECT_EQ(scheduler.stats().queued_bytes, 0);
+}
+
+TEST(SchedulerTest, FullQueueRefusesAtOnce) {
+  std::mt19937 rng(7);
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  options.max_queue_requests = 5 + rng() % 20;
+  options.max_queue_bytes = int64_t{1} << 40;
+  Scheduler scheduler("cuda:1", options);
+  Blocker blocker(scheduler, 1);
+
+  std::atomic<int> ran{0};
+  for (int64_t i = 0; i < options.max_queue_requests; ++i) {
+    ASSERT_TRUE(scheduler
+                    .Submit(RunOnly(absl::StrCat("id", rng() % 4), rng() % 100,
+                                    [&](double) { ran.fetch_add(1); }))
+                    .ok());
+  }
+  std::atomic<int> refused_calls{0};
+  Job extra;
+  extra.identity = "someone_else";
+  extra.run = [&](double) { refused_calls.fetch_add(1); };
+  extra.reject = [&](absl::Status) { refused_calls.fetch_add(1); };
+  const absl::Time start = absl::Now();
+  const absl::Status full = scheduler.Submit(std::move(extra));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(full.message(), HasSubstr("--max_queue_requests"));
+  EXPECT_THAT(full.message(), HasSubstr("queue of cuda:1 is full"));
+  EXPECT_THAT(full.message(),
+              HasSubstr(absl::StrCat(options.max_queue_requests)));
+
+  blocker.Release();
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+  EXPECT_EQ(ran.load(), options.max_queue_requests);
+  EXPECT_EQ(refused_calls.load(), 0);  // an error from Submit: no callback
+}
+
+TEST(SchedulerTest, FullQueueByBytesAndOversizedJobWhenNothingWaits) {
+  std::mt19937 rng(11);
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  options.max_queue_requests = 1000;
+  options.max_queue_bytes = 1000 + rng() % 1000;
+  Scheduler scheduler("cuda:2", options);
+  Blocker blocker(scheduler, 1);
+  std::atomic<int> ran{0};
+  auto count = [&](double) { ran.fetch_add(1); };
+
+  // Larger than the whole limit, but nothing waits: admitted.
+  const int64_t huge = options.max_queue_bytes * 3 + rng() % 100;
+  ASSERT_TRUE(scheduler.Submit(RunOnly("big", huge, count)).ok());
+  EXPECT_EQ(scheduler.stats().queued_bytes, huge);
+  // Now something waits: even one byte is past the limit.
+  absl::Status status = scheduler.Submit(RunOnly("small", 1, count));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("--max_queue_bytes"));
+  // The waiting bytes are past the limit already: even nothing more is
+  // refused until the oversized job has left the queue.
+  status = scheduler.Submit(RunOnly("small", 0, count));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  blocker.Release();
+  while (scheduler.stats().queued > 0) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(scheduler.stats().queued_bytes, 0);
+
+  // Block again and fill by bytes up to exactly the limit.
+  Blocker blocker2(scheduler, 1);
+  int64_t left = options.max_queue_bytes;
+  int admitted = 0;
+  while (left > 0) {
+    const int64_t b = std::min<int64_t>(left, 1 + rng() % 300);
+    ASSERT_TRUE(
+        scheduler.Submit(RunOnly(absl::StrCat("id", rng() % 3), b, count))
+            .ok());
+    left -= b;
+    ++admitted;
+  }
+  EXPECT_EQ(scheduler.stats().queued_bytes, options.max_queue_bytes);
+  const absl::Time start = absl::Now();
+  status = scheduler.Submit(RunOnly("id0", 1 + rng() % 50, count));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("--max_queue_bytes"));
+  EXPECT_THAT(status.message(), HasSubstr("queue of cuda:2 is full"));
+  EXPECT_EQ(scheduler.stats().queued, admitted);
+
+  blocker2.Release();
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+  EXPECT_EQ(ran.load(), 1 + admitted);
+}
+
+TEST(SchedulerTest, InvalidJobs) {
+  Scheduler scheduler("cpu:0", SchedulerOptions{});
+  Job no_run;
+  no_run.reject = [](absl::Status) {};
+  EXPECT_EQ(scheduler.Submit(std::move(no_run)).code(),
+            absl::StatusCode::kInvalidArgument);
+  Job no_reject;
+  no_reject.run = [](double) {};
+  EXPECT_EQ(scheduler.Submit(std::move(no_reject)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler.Submit(RunOnly("a", -5, [](double) {})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler.stats().queued, 0);
+}
+
+TEST(SchedulerTest, RoundRobinOverIdentities) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  Scheduler scheduler("cuda:0", options);
+  Blocker blocker(scheduler, 1);
+
+  absl::Mutex mu;
+  std::vector<std::string> order;
+  auto record = [&](std::string tag) {
+    return [&mu, &order, tag](double) {
+      absl::MutexLock lock(&mu);
+      order.push_back(tag);
+    };
+  };
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(
+        scheduler.Submit(RunOnly("A", 10, record(absl::StrCat("A", i)))).ok());
+  }
+  ASSERT_TRUE(scheduler.Submit(RunOnly("B", 10, record("B"))).ok());
+  ASSERT_TRUE(scheduler.Submit(RunOnly("C", 10, record("C"))).ok());
+  EXPECT_EQ(scheduler.stats().identities_waiting, 3);
+  blocker.Release();
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(order.size(), 102u);
+  std::vector<std::string> a_order;
+  int b_at = -1, c_at = -1;
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+    if (order[i] == "B") b_at = i;
+    if (order[i] == "C") c_at = i;
+    if (order[i][0] == 'A') a_order.push_back(order[i]);
+  }
+  EXPECT_GE(b_at, 0);
+  EXPECT_LT(b_at, 3);
+  EXPECT_GE(c_at, 0);
+  EXPECT_LT(c_at, 3);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a_order[i], absl::StrCat("A", i));
+}
+
+TEST(SchedulerTest, RoundRobinManyIdentitiesRandomCounts) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  Scheduler scheduler("cuda:0", options);
+  Blocker blocker(scheduler, 1);
+
+  std::mt19937 rng(5);
+  const int identities = 3 + rng() % 5;
+  std::vector<int> counts(identities);
+  absl::Mutex mu;
+  std::vector<std::pair<int, int>> order;  // (identity, index within it)
+  // Submissions interleaved at random across identities.
+  std::vector<int> pending;
+  for (int id = 0; id < identities; ++id) {
+    counts[id] = 1 + rng() % 30;
+    for (int k = 0; k < counts[id]; ++k) pending.push_back(id);
+  }
+  std::shuffle(pending.begin(), pending.end(), rng);
+  std::vector<int> next_index(identities, 0);
+  for (int id : pending) {
+    const int k = next_index[id]++;
+    ASSERT_TRUE(scheduler
+                    .Submit(RunOnly(absl::StrCat("id", id), 1,
+                                    [&mu, &order, id, k](double) {
+                                      absl::MutexLock lock(&mu);
+                                      order.emplace_back(id, k);
+                                    }))
+                    .ok());
+  }
+  blocker.Release();
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(order.size(), pending.size());
+  // FIFO within an identity; between two starts of one identity, every
+  // other identity that still had jobs waiting starts at most once.
+  std::vector<int> done(identities, 0);
+  std::vector<int> last_at(identities, -1);
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+    const int id = order[i].first;
+    EXPECT_EQ(order[i].second, done[id]);
+    ++done[id];
+    if (last_at[id] >= 0) {
+      std::vector<int> others(identities, 0);
+      for (int j = last_at[id] + 1; j < i; ++j) ++others[order[j].first];
+      for (int o = 0; o < identities; ++o) EXPECT_LE(others[o], 1) << o;
+    }
+    last_at[id] = i;
+  }
+}
+
+TEST(SchedulerTest, RunMaySubmitMoreJobs) {
+  SchedulerOptions options;
+  options.max_in_flight = 2;
+  Scheduler scheduler("cpu:0", options);
+  std::mt19937 rng(3);
+  const int depth = 10 + rng() % 20;
+  std::atomic<int> ran{0};
+  absl::Notification done;
+  // Each job submits the next from inside run.
+  std::function<void(int)> chain = [&](int left) {
+    ASSERT_TRUE(scheduler
+                    .Submit(RunOnly("chain", 1,
+                                    [&, left](double) {
+                                      ran.fetch_add(1);
+                                      if (left > 1) {
+                                        chain(left - 1);
+                                      } else {
+                                        done.Notify();
+                                      }
+                                    }))
+                    .ok());
+  };
+  chain(depth);
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+  EXPECT_EQ(ran.load(), depth);
+}
+
+TEST(SchedulerTest, DrainRejectsWaitingAtDeadlineAndWaitsForRunning) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  Scheduler scheduler("cuda:0", options);
+  absl::Notification started;
+  std::atomic<bool> finished{false};
+  ASSERT_TRUE(scheduler
+                  .Submit(RunOnly("slow", 1,
+                                  [&](double) {
+                                    started.Notify();
+                                    absl::SleepFor(absl::Milliseconds(500));
+                                    finished.store(true);
+                                  }))
+                  .ok());
+  started.WaitForNotification();
+
+  std::mt19937 rng(9);
+  const int n = 5 + rng() % 20;
+  absl::Mutex mu;
+  std::vector<absl::Status> why(n, absl::OkStatus());
+  std::vector<absl::Time> when(n);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < n; ++i) {
+    Job job;
+    job.identity = absl::StrCat("id", rng() % 3);
+    job.bytes = rng() % 100;
+    job.run = [&](double) { ran.fetch_add(1); };
+    job.reject = [&, i](absl::Status status) {
+      absl::MutexLock lock(&mu);
+      why[i] = status;
+      when[i] = absl::Now();
+    };
+    ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+  }
+
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(200);
+  scheduler.Drain(deadline);
+  EXPECT_TRUE(finished.load());  // Drain returned after the running job
+  EXPECT_EQ(ran.load(), 0);
+  {
+    absl::MutexLock lock(&mu);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(why[i].code(), absl::StatusCode::kCancelled) << why[i];
+      EXPECT_THAT(why[i].message(), HasSubstr("shutting down"));
+      // Not at Drain's start: at its deadline (bound loose for slow clocks).
+      EXPECT_GE(when[i], deadline - absl::Milliseconds(50)) << i;
+    }
+  }
+  const absl::Status after = scheduler.Submit(
+      RunOnly("late", 1, [](double) { ADD_FAILURE() << "ran after Drain"; }));
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
+  EXPECT_THAT(after.message(), HasSubstr("shutting down"));
+  const Scheduler::Stats stats = scheduler.stats();
+  EXPECT_EQ(stats.queued, 0);
+  EXPECT_EQ(stats.queued_bytes, 0);
+  EXPECT_EQ(stats.in_flight, 0);
+  EXPECT_EQ(stats.identities_waiting, 0);
+  scheduler.Drain(absl::Now());  // idempotent
+}
+
+TEST(SchedulerTest, DrainWithGenerousDeadlineRunsEverything) {
+  SchedulerOptions options;
+  options.max_in_flight = 2;
+  Scheduler scheduler("cuda:0", options);
+  Blocker blocker(scheduler, 2);
+  std::mt19937 rng(21);
+  const int n = 50 + rng() % 100;
+  std::vector<std::atomic<int>> ran(n);
+  for (int i = 0; i < n; ++i) {
+    const int sleep_us = rng() % 500;
+    ASSERT_TRUE(scheduler
+                    .Submit(RunOnly(absl::StrCat("id", rng() % 4), rng() % 100,
+                                    [&ran, i, sleep_us](double) {
+                                      absl::SleepFor(
+                                          absl::Microseconds(sleep_us));
+                                      ran[i].fetch_add(1);
+                                    }))
+                    .ok());
+  }
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    blocker.Release();
+  });
+  // Two concurrent Drains: both return once everything has run.
+  std::thread other([&] { scheduler.Drain(absl::Now() + absl::Seconds(60)); });
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(ran[i].load(), 1) << i;
+  other.join();
+  releaser.join();
+  for (int i = 0; i < n; ++i) EXPECT_EQ(ran[i].load(), 1) << i;
+}
+
+TEST(SchedulerTest, DestructorRejectsWaitingJobs) {
+  std::mt19937 rng(17);
+  const int n = 10 + rng() % 40;
+  std::atomic<int> ran{0}, rejected{0}, not_cancelled{0};
+  {
+    // Outlives the Scheduler, so that only a reject releases the worker:
+    // the Scheduler's destructor must reject the waiting jobs first.
+    std::unique_ptr<Blocker> blocker;
+    SchedulerOptions options;
+    options.max_in_flight = 1;
+    Scheduler scheduler("cuda:0", options);
+    blocker = std::make_unique<Blocker>(scheduler, 1);
+    for (int i = 0; i < n; ++i) {
+      Job job;
+      job.identity = absl::StrCat("id", rng() % 5);
+      job.bytes = rng() % 1000;
+      job.run = [&](double) { ran.fetch_add(1); };
+      // The first reject frees the blocked worker: by then every waiting
+      // job has been taken from the queue, so none may run.
+      job.reject = [&](absl::Status why) {
+        if (why.code() != absl::StatusCode::kCancelled) {
+          not_cancelled.fetch_add(1);
+        }
+        if (rejected.fetch_add(1) == 0) blocker->Release();
+      };
+      ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+    }
+  }
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(rejected.load(), n);
+  EXPECT_EQ(not_cancelled.load(), 0);
+}
+
+TEST(SchedulerTest, DestructorNeverLosesAJob) {
+  std::mt19937 rng(23);
+  for (int round = 0; round < 20; ++round) {
+    const int n = 1 + rng() % 200;
+    std::vector<std::atomic<int>> calls(n);
+    {
+      SchedulerOptions options;
+      options.max_in_flight = 1 + rng() % 4;
+      Scheduler scheduler("cpu:0", options);
+      for (int i = 0; i < n; ++i) {
+        Job job;
+        job.identity = absl::StrCat("id", rng() % 3);
+        const int sleep_us = rng() % 50;
+        job.run = [&calls, i, sleep_us](double) {
+          absl::SleepFor(absl::Microseconds(sleep_us));
+          calls[i].fetch_add(1);
+        };
+        job.reject = [&calls, i](absl::Status) { calls[i].fetch_add(1); };
+        ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(calls[i].load(), 1) << "round " << round << " job " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace coalesce
