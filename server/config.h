@@ -68,6 +68,13 @@ struct ServerConfig {
   // A request arriving past it fails with RESOURCE_EXHAUSTED, so this is a
   // safety bound, not a tuning knob.
   int max_threads = 1024;
+  // The device's request queue (server/scheduler/scheduler.h): ops running
+  // at once (0: the backend's own figure, Backend::concurrency()), and the
+  // requests and request bytes that may wait; past either bound a request
+  // is refused at once with RESOURCE_EXHAUSTED.
+  int max_in_flight = 0;
+  int64_t max_queue_requests = 1024;
+  int64_t max_queue_bytes = int64_t{1} << 30;
   // Initial HTTP/2 stream flow-control window in bytes (gRPC's
   // lookahead; BDP probing grows it from there).
   int stream_window_bytes = 8 << 20;

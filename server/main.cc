@@ -27,6 +27,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "kernels/backends.h"
 #include "server/auth/token_file.h"
 #include "server/metrics/profile_sampling.h"
@@ -123,6 +125,16 @@ ABSL_FLAG(double, measure_budget_s, 30,
           "(always within the call's deadline)");
 ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
           "HTTP/2 streams (concurrent RPCs) one connection may carry");
+ABSL_FLAG(int32_t, max_in_flight, 0,
+          "ops the device runs at once; 0: the backend's own figure (4 on a "
+          "GPU: its streams; 2 on the CPU)");
+ABSL_FLAG(int64_t, max_queue_requests, 1024,
+          "ops that may wait for the device, all clients together; past it "
+          "a request is refused at once with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_queue_bytes, int64_t{1} << 30,
+          "bytes of the request messages waiting for the device; past it a "
+          "request is refused at once with RESOURCE_EXHAUSTED (one larger "
+          "than this is admitted when nothing waits)");
 
 namespace coalesce {
 namespace {
@@ -240,6 +252,11 @@ bool CheckFlagValues(std::string* error) {
                           kMaxInlineTensorBytes, "], not ", max_tensor_bytes);
     return false;
   }
+  if (absl::GetFlag(FLAGS_max_in_flight) < 0) {
+    *error = absl::StrCat("--max_in_flight must be >= 0, not ",
+                          absl::GetFlag(FLAGS_max_in_flight));
+    return false;
+  }
   if (absl::GetFlag(FLAGS_max_message_bytes) < 1) {
     *error = absl::StrCat("--max_message_bytes must be >= 1, not ",
                           absl::GetFlag(FLAGS_max_message_bytes));
@@ -249,8 +266,9 @@ bool CheckFlagValues(std::string* error) {
        {std::pair<const char*, int64_t>{
             "tensor_quota_bytes", absl::GetFlag(FLAGS_tensor_quota_bytes)},
         {"tensor_cap_bytes", absl::GetFlag(FLAGS_tensor_cap_bytes)},
-        {"max_concurrent_streams",
-         absl::GetFlag(FLAGS_max_concurrent_streams)}}) {
+        {"max_concurrent_streams", absl::GetFlag(FLAGS_max_concurrent_streams)},
+        {"max_queue_requests", absl::GetFlag(FLAGS_max_queue_requests)},
+        {"max_queue_bytes", absl::GetFlag(FLAGS_max_queue_bytes)}}) {
     if (value < 1) {
       *error = absl::StrCat("--", flag, " must be >= 1, not ", value);
       return false;
@@ -331,7 +349,8 @@ int Main(int argc, char** argv) {
       "[--tls_client_ca=PEM]\n"
       "                  [--auth_tokens=FILE] [--admin_identities=A,B]\n"
       "                  [--unix_socket=PATH] [--max_uploads_per_client=N]\n"
-      "                  [--upload_idle_timeout_s=S]\n\n"
+      "                  [--upload_idle_timeout_s=S] [--max_in_flight=N]\n"
+      "                  [--max_queue_requests=N] [--max_queue_bytes=N]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
       "then 'coalesce-server metrics on HOST:PORT' on stdout once serving;\n"
       "logs go to stderr. SIGINT or SIGTERM: NOT_SERVING at once, in-flight\n"
@@ -401,6 +420,9 @@ int Main(int argc, char** argv) {
   config.tensor_cap_bytes = absl::GetFlag(FLAGS_tensor_cap_bytes);
   config.tensor_ttl_seconds = absl::GetFlag(FLAGS_tensor_ttl_s);
   config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  config.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  config.max_queue_requests = absl::GetFlag(FLAGS_max_queue_requests);
+  config.max_queue_bytes = absl::GetFlag(FLAGS_max_queue_bytes);
   config.max_uploads_per_client = absl::GetFlag(FLAGS_max_uploads_per_client);
   config.upload_idle_timeout_seconds =
       absl::GetFlag(FLAGS_upload_idle_timeout_s);
@@ -487,10 +509,15 @@ int Main(int argc, char** argv) {
     spdlog::shutdown();
     std::_Exit(0);
   }).detach();
+  // The device queue stops admitting (UNAVAILABLE) and lets what waits
+  // start until the deadline, then refuses the rest with CANCELLED.
+  const absl::Time deadline = absl::Now() + absl::FromChrono(grace);
+  std::thread drain([&] { (*server)->scheduler->Drain(deadline); });
   // New calls are refused; calls still running at the deadline are
-  // cancelled, and handlers that ask (ExplainSelection's measure does,
-  // between runs) stop.
+  // cancelled, and work that asks (ExplainSelection's measure does,
+  // between runs) stops.
   (*server)->server->Shutdown(std::chrono::system_clock::now() + grace);
+  drain.join();
   // Nothing left to flush: the tuning cache is written whole on each tuning
   // and the rest is memory. Ending here keeps teardown (civetweb's stop
   // alone waits out a 2 s poll) out of the exit time.

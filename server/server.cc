@@ -110,6 +110,40 @@ void AddSelectionMetrics(metrics::Registry* registry,
   });
 }
 
+// The device queue's state, read from the scheduler when Prometheus
+// scrapes.
+void AddSchedulerMetrics(metrics::Registry* registry,
+                         const Scheduler* scheduler,
+                         const SchedulerOptions& options) {
+  metrics::Gauge& queued =
+      registry
+          ->AddGauge("coalesce_device_queue_requests",
+                     "Requests admitted and waiting for the device.", {})
+          .Add({});
+  metrics::Gauge& queued_bytes =
+      registry
+          ->AddGauge("coalesce_device_queue_bytes",
+                     "Bytes of the requests waiting for the device.", {})
+          .Add({});
+  metrics::Gauge& running =
+      registry
+          ->AddGauge("coalesce_device_in_flight_requests",
+                     "Requests running on the device now.", {})
+          .Add({});
+  metrics::Gauge& slots =
+      registry
+          ->AddGauge("coalesce_device_max_in_flight_requests",
+                     "Requests the device runs at once (--max_in_flight).", {})
+          .Add({});
+  slots.Set(options.max_in_flight);
+  registry->AddCollectHook([&queued, &queued_bytes, &running, scheduler] {
+    const Scheduler::Stats s = scheduler->stats();
+    queued.Set(static_cast<double>(s.queued));
+    queued_bytes.Set(static_cast<double>(s.queued_bytes));
+    running.Set(static_cast<double>(s.in_flight));
+  });
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> RunningServer::InProcessChannel(
@@ -178,10 +212,22 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   running->authenticator = std::make_unique<Authenticator>(
       std::move(auth), running->peer_credentials.get());
   WarnIfExposed(config, running->authenticator->enabled());
+  SchedulerOptions scheduling;
+  scheduling.max_in_flight =
+      config.max_in_flight > 0 ? config.max_in_flight : backend->concurrency();
+  scheduling.max_queue_requests = config.max_queue_requests;
+  scheduling.max_queue_bytes = config.max_queue_bytes;
+  running->scheduler =
+      std::make_unique<Scheduler>(absl::StrCat(BackendName(backend->kind()),
+                                               ":", backend->device().ordinal),
+                                  scheduling);
+  AddSchedulerMetrics(running->registry.get(), running->scheduler.get(),
+                      scheduling);
   running->service = std::make_unique<TensorOpsService>(
       backend, config, std::move(backend_reason), running->metrics.get(),
       running->selector.get(), running->tensors.get(),
-      running->shared_memory.get(), running->authenticator.get());
+      running->shared_memory.get(), running->authenticator.get(),
+      running->scheduler.get());
   grpc::ServerBuilder builder;
   if (!config.listen.empty()) {
     builder.AddListeningPort(config.listen, credentials, &running->port);

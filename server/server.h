@@ -25,6 +25,7 @@
 #include "server/metrics/http_server.h"
 #include "server/metrics/registry.h"
 #include "server/metrics/service_metrics.h"
+#include "server/scheduler/scheduler.h"
 #include "server/store/shared_memory.h"
 #include "server/store/tensor_store.h"
 
@@ -52,6 +53,10 @@ struct RunningServer {
   // per-call identity.
   std::unique_ptr<PeerCredentials> peer_credentials;
   std::unique_ptr<Authenticator> authenticator;
+  // Admits and orders the ops on the backend's device; outlives the
+  // service's calls (grpc::Server, destroyed first, cancels and waits for
+  // them).
+  std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<TensorOpsService> service;
   std::unique_ptr<grpc::Server> server;
   // Accepts local-socket connections into server; stopped first.

@@ -182,6 +182,12 @@ class Backend {
   // Every device of this backend's kind the process can see, the serving
   // one (device()) first, for GetServerInfo.
   virtual std::vector<DeviceInfo> VisibleDevices() const { return {device()}; }
+  // Executes worth running at once: the server's default for the requests
+  // it lets run on this device together. The default, right for the CPU
+  // backend, is 2: each Execute already spreads over every core, and a
+  // second one keeps them busy while the first's thread finishes its
+  // request.
+  virtual int concurrency() const { return 2; }
   // For the device gauges; cheap enough to call on every scrape.
   virtual MemoryStats Memory() const { return {}; }
   // Non-OK after a fault that makes the device unusable (sticky CUDA error).

@@ -74,6 +74,7 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status Health() const override { return lanes_.health().Status(); }
+  int concurrency() const override { return kLanes; }
 
   absl::StatusOr<int64_t> EnableProfileSampling(double fraction) override {
     return sampling_.Enable(fraction, device_.ordinal, lanes_.health());

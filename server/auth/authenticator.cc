@@ -17,7 +17,7 @@ namespace {
 
 constexpr size_t kMaxClientIdLength = 128;
 
-absl::string_view Metadata(const grpc::ServerContext& context,
+absl::string_view Metadata(const grpc::ServerContextBase& context,
                            absl::string_view key) {
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find(grpc::string_ref(key.data(), key.size()));
@@ -37,7 +37,7 @@ bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
 
 // The peer's address without its port, so that one host's reconnects are
 // one client.
-std::string PeerHost(const grpc::ServerContext& context) {
+std::string PeerHost(const grpc::ServerContextBase& context) {
   std::string peer = context.peer();
   const size_t colon = peer.rfind(':');
   if (colon != std::string::npos && colon > peer.find(':')) {
@@ -76,7 +76,7 @@ const TokenEntry* Authenticator::FindToken(absl::string_view presented) const {
 }
 
 absl::StatusOr<Caller> Authenticator::Authenticate(
-    const grpc::ServerContext& context) const {
+    const grpc::ServerContextBase& context) const {
   Caller caller;
   if (peers_ != nullptr) caller.uid = peers_->Lookup(context.peer());
   if (!enabled()) {

@@ -78,7 +78,8 @@ class Authenticator {
   // UNAUTHENTICATED (without echoing any token) when authentication is on
   // and the call proves no identity; INVALID_ARGUMENT for a malformed
   // x-coalesce-client when it is off.
-  absl::StatusOr<Caller> Authenticate(const grpc::ServerContext& context) const;
+  absl::StatusOr<Caller> Authenticate(
+      const grpc::ServerContextBase& context) const;
 
  private:
   // The entry whose token equals presented, compared in time independent of

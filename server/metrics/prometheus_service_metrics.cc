@@ -5,12 +5,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/dtype.h"
 #include "spdlog/spdlog.h"
 
@@ -166,11 +170,14 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   Family<Gauge>& queued = registry->AddGauge(
       "coalesce_requests_queued",
       "Kernel RPCs in their handler that have not yet reached the backend "
-      "(decoding, selection, output allocation).",
+      "(decoding, waiting in the device queue, selection, output "
+      "allocation).",
       {"op"});
   Family<Histogram>& queue_seconds = registry->AddHistogram(
       "coalesce_request_queue_seconds",
-      "Time from an RPC entering its handler to the backend starting it.",
+      "Time from an RPC entering its handler to the backend starting it: "
+      "decoding, the wait in the device queue, selection and output "
+      "allocation.",
       {"op"}, StageBuckets());
   Family<Histogram>& h2d_seconds = registry->AddHistogram(
       "coalesce_request_h2d_seconds",
@@ -189,6 +196,33 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
     h2d_seconds_[op] = &h2d_seconds.Add(label);
     d2h_seconds_[op] = &d2h_seconds.Add(label);
   }
+
+  // ---- How busy the device is.
+  device_kernel_seconds_ =
+      &registry
+           ->AddCounter("coalesce_device_kernel_seconds_total",
+                        "Kernel time of every warm run on the device, in "
+                        "seconds; its rate is the fraction of the time the "
+                        "device ran kernels (above 1 when runs overlap).",
+                        {})
+           .Add({});
+  Gauge& busy =
+      registry
+          ->AddGauge("coalesce_device_busy_ratio",
+                     "Kernel time over wall time since the previous scrape "
+                     "(rate of coalesce_device_kernel_seconds_total).",
+                     {})
+          .Add({});
+  registry->AddCollectHook(
+      [&busy, kernel = device_kernel_seconds_,
+       last =
+           std::make_shared<std::pair<absl::Time, double>>(absl::Now(), 0.0)] {
+        const absl::Time now = absl::Now();
+        const double seconds = kernel->Value();
+        const double wall = absl::ToDoubleSeconds(now - last->first);
+        if (wall > 0) busy.Set((seconds - last->second) / wall);
+        *last = {now, seconds};
+      });
 
   // ---- Kernels.
   const std::vector<std::string> kernel_labels = {"op", "variant", "dtype",
@@ -488,6 +522,7 @@ void PrometheusServiceMetrics::CountFailedSample(
 
 void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
   const int op = static_cast<int>(kernel.op);
+  device_kernel_seconds_->Increment(NonNegative(kernel.run.kernel_seconds));
   h2d_seconds_[op]->Observe(NonNegative(kernel.run.h2d_seconds));
   d2h_seconds_[op]->Observe(NonNegative(kernel.run.d2h_seconds));
   KernelSeries& series = Series(kernel);

@@ -92,6 +92,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   std::array<Counter*, kNumRpcs> response_bytes_{};
   // Per kernel RPC (indexed by OpKind).
   std::array<Gauge*, kNumKernelRpcs> queued_{};
+  Counter* device_kernel_seconds_ = nullptr;
   std::array<Histogram*, kNumKernelRpcs> queue_seconds_{};
   std::array<Histogram*, kNumKernelRpcs> h2d_seconds_{};
   std::array<Histogram*, kNumKernelRpcs> d2h_seconds_{};

@@ -175,6 +175,29 @@ absl::StatusOr<std::shared_ptr<const StoredTensor>> ResolveHandle(
   return stored;
 }
 
+// An existing tensor of the caller's that output i is written into: its
+// dtype and shape must be the output's exactly.
+absl::StatusOr<std::shared_ptr<const StoredTensor>> ResolveOutputHandle(
+    const std::string& handle, size_t i, DType dtype, const Shape& shape,
+    const TensorChecks& o) {
+  const std::string field = absl::StrCat("options.outputs[", i, "].handle");
+  absl::StatusOr<std::shared_ptr<const StoredTensor>> stored =
+      o.plane.tensors->Find(o.plane.owner, handle);
+  if (!stored.ok()) {
+    return absl::Status(stored.status().code(),
+                        absl::StrCat(field, ": ", stored.status().message()));
+  }
+  const StoredTensor& s = **stored;
+  if (s.dtype != dtype || s.shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": the stored tensor ", Quoted(handle), " is ",
+        DTypeName(s.dtype), " ", ShapeString(s.shape), ", the output is ",
+        DTypeName(dtype), " ", ShapeString(shape)));
+  }
+  o.resolved->keep_alive.push_back(*stored);
+  return stored;
+}
+
 // Rank and dimension checks shared by every tensor: rank in [min_rank,
 // max_rank] (never 0), every dim >= 1.
 absl::Status CheckShape(absl::Span<const int64_t> shape,
@@ -283,6 +306,7 @@ absl::Status DecodeOptions(const v1::ExecutionOptions& options, int num_outputs,
           return absl::UnimplementedError(absl::StrCat(
               field, ": OUTPUT_PLACEMENT_SERVER_HANDLE is not served here"));
         }
+        d->output_targets[i].handle = options.outputs(i).handle();
         break;
       case v1::OUTPUT_PLACEMENT_SHARED_MEMORY:
         if (!options.outputs(i).has_shared_memory()) {
@@ -295,6 +319,12 @@ absl::Status DecodeOptions(const v1::ExecutionOptions& options, int num_outputs,
       default:
         return absl::InvalidArgumentError(
             absl::StrCat(field, ": unknown placement ", placement));
+    }
+    if (placement != v1::OUTPUT_PLACEMENT_SERVER_HANDLE &&
+        !options.outputs(i).handle().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.outputs[", i,
+                       "].handle: only with OUTPUT_PLACEMENT_SERVER_HANDLE"));
     }
     d->output_targets[i].placement = placement;
   }
@@ -332,6 +362,12 @@ absl::Status CheckNoOutputAlias(const DecodedRequest& d) {
         other = absl::StrCat("output ", j);
       }
     }
+    if (!other.empty() && d.output_targets[i].stored != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.outputs[", i,
+          "].handle: ", Quoted(d.output_targets[i].handle), " is also ", other,
+          "; an output may not alias what the kernel reads or writes"));
+    }
     if (!other.empty()) {
       const v1::SharedMemoryRef& ref = d.output_targets[i].shared_memory;
       return absl::InvalidArgumentError(absl::StrCat(
@@ -360,10 +396,17 @@ absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
                        " is not produced by this request; leave it "
                        "OUTPUT_PLACEMENT_INLINE"));
     }
-    if (target.placement != v1::OUTPUT_PLACEMENT_SHARED_MEMORY ||
-        o.shape_only) {
+    if (o.shape_only) continue;
+    if (target.placement == v1::OUTPUT_PLACEMENT_SERVER_HANDLE) {
+      if (target.handle.empty()) continue;
+      COALESCE_ASSIGN_OR_RETURN(
+          target.stored,
+          ResolveOutputHandle(target.handle, i, DTypeOf(d->problem),
+                              d->output_shapes[i], o));
+      d->operands.outputs[i] = target.stored->data.get();
       continue;
     }
+    if (target.placement != v1::OUTPUT_PLACEMENT_SHARED_MEMORY) continue;
     const int64_t bytes = d->sizes.outputs[i];
     COALESCE_ASSIGN_OR_RETURN(
         char* data, ResolveSharedMemory(

@@ -31,6 +31,7 @@
 namespace coalesce {
 
 class TensorStore;
+struct StoredTensor;
 class SharedMemoryRegion;
 class SharedMemoryRegistry;
 
@@ -49,6 +50,12 @@ struct OutputTarget {
   // For OUTPUT_PLACEMENT_SHARED_MEMORY: the reference, byte_size set to the
   // output's size (what the response reports).
   v1::SharedMemoryRef shared_memory;
+  // For OUTPUT_PLACEMENT_SERVER_HANDLE with OutputSpec.handle: the caller's
+  // tensor to overwrite, its dtype and shape the output's (resolved unless
+  // shape_only; operands.outputs points at its bytes, in resident memory).
+  // Empty handle: a new tensor, which the caller creates.
+  std::string handle;
+  std::shared_ptr<const StoredTensor> stored;
 };
 
 struct DecodedRequest {

@@ -197,6 +197,98 @@ TEST_F(DataPlaneTest, HandlesChainWithoutRoundTrip) {
   EXPECT_THAT(missing.message(), HasSubstr("input.handle"));
 }
 
+TEST_F(DataPlaneTest, OutputsOverwriteAnExistingHandle) {
+  const int64_t rows = 12, cols = 20;
+  absl::StatusOr<v1::TensorInfo> in = client_->PutTensor(
+      v1::DATA_TYPE_FLOAT32, {rows, cols}, RandomFloats(rows * cols, 11));
+  ASSERT_TRUE(in.ok()) << in.status();
+  // The output tensor starts with other random bytes: each request must
+  // replace them all.
+  absl::StatusOr<v1::TensorInfo> out = client_->PutTensor(
+      v1::DATA_TYPE_FLOAT32, {cols, rows}, RandomFloats(rows * cols, 12));
+  ASSERT_TRUE(out.ok()) << out.status();
+  const auto used = [&] {
+    absl::StatusOr<v1::ListTensorsResponse> list = client_->ListTensors();
+    EXPECT_TRUE(list.ok()) << list.status();
+    return list.ok() ? std::make_pair(list->tensors_size(), list->used_bytes())
+                     : std::make_pair(-1, int64_t{-1});
+  };
+  const auto held = used();
+
+  v1::TransposeRequest t;
+  t.mutable_input()->set_handle(in->handle());
+  v1::OutputSpec* spec = t.mutable_options()->add_outputs();
+  spec->set_placement(v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  spec->set_handle(out->handle());
+  for (uint32_t round = 0; round < 3; ++round) {
+    // A new input each round, uploaded under a new handle.
+    const std::string x = RandomFloats(rows * cols, 100 + round);
+    absl::StatusOr<v1::TensorInfo> xi =
+        client_->PutTensor(v1::DATA_TYPE_FLOAT32, {rows, cols}, x);
+    ASSERT_TRUE(xi.ok()) << xi.status();
+    t.mutable_input()->set_handle(xi->handle());
+    absl::StatusOr<v1::TransposeResponse> r = client_->Transpose(t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->output().handle(), out->handle());
+    absl::StatusOr<FetchedTensor> got = client_->GetTensor(out->handle());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->bytes, TransposeReference(x, rows, cols)) << round;
+    ASSERT_TRUE(client_->DeleteTensor(xi->handle()).ok());
+  }
+  // No tensor made and no byte charged by the requests themselves.
+  EXPECT_EQ(used(), held);
+
+  // The wrong shape, the wrong dtype, an unknown handle, the input itself,
+  // and a handle with a placement that has none.
+  t.mutable_input()->set_handle(in->handle());
+  spec->set_handle(in->handle());
+  absl::Status status = client_->Transpose(t).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("options.outputs[0].handle"));
+  absl::StatusOr<v1::TensorInfo> square = client_->PutTensor(
+      v1::DATA_TYPE_FLOAT32, {rows, rows}, RandomFloats(rows * rows, 13));
+  ASSERT_TRUE(square.ok()) << square.status();
+  t.mutable_input()->set_handle(square->handle());
+  spec->set_handle(square->handle());
+  status = client_->Transpose(t).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("alias"));
+  t.mutable_input()->set_handle(in->handle());
+  absl::StatusOr<v1::TensorInfo> halves = client_->PutTensor(
+      v1::DATA_TYPE_FLOAT16, {cols, rows}, RandomFloats(rows * cols / 2, 14));
+  ASSERT_TRUE(halves.ok()) << halves.status();
+  spec->set_handle(halves->handle());
+  status = client_->Transpose(t).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("float16"));
+  spec->set_handle("no-such");
+  status = client_->Transpose(t).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_THAT(status.message(), HasSubstr("options.outputs[0].handle"));
+  spec->set_placement(v1::OUTPUT_PLACEMENT_INLINE);
+  spec->set_handle(out->handle());
+  status = client_->Transpose(t).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("OUTPUT_PLACEMENT_SERVER_HANDLE"));
+
+  // Another identity's tensor reads as missing.
+  ClientOptions o;
+  o.server = absl::StrCat("unix:", socket_path_);
+  o.client_id = "another-client";
+  absl::StatusOr<std::unique_ptr<Client>> other = Client::Connect(o);
+  ASSERT_TRUE(other.ok()) << other.status();
+  absl::StatusOr<v1::TensorInfo> theirs = (*other)->PutTensor(
+      v1::DATA_TYPE_FLOAT32, {rows, cols}, RandomFloats(rows * cols, 15));
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  v1::TransposeRequest mine;
+  mine.mutable_input()->set_handle(theirs->handle());
+  mine.mutable_options()->add_outputs()->set_placement(
+      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  mine.mutable_options()->mutable_outputs(0)->set_handle(out->handle());
+  status = (*other)->Transpose(mine).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+}
+
 // A POSIX shared-memory object owned by a test.
 class Shm {
  public:

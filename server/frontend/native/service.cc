@@ -96,7 +96,7 @@ void FillReport(const Backend& backend, const Problem& p,
 // OK while the call is wanted: CANCELLED once its client went away, its
 // deadline passed or the server's shutdown grace ended. Checked before
 // anything is allocated or launched for it.
-absl::Status CheckWanted(const grpc::ServerContext& context) {
+absl::Status CheckWanted(const grpc::ServerContextBase& context) {
   if (context.IsCancelled()) {
     return absl::CancelledError(
         "the call was cancelled (deadline passed, client gone or server "
@@ -218,7 +218,8 @@ TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
                                    ServiceMetrics* metrics, Selector* selector,
                                    TensorStore* tensors,
                                    SharedMemoryRegistry* shared_memory,
-                                   const Authenticator* auth)
+                                   const Authenticator* auth,
+                                   Scheduler* scheduler)
     : backend_(backend),
       config_(std::move(config)),
       backend_reason_(std::move(backend_reason)),
@@ -226,7 +227,8 @@ TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
       selector_(selector),
       tensors_(tensors),
       shared_memory_(shared_memory),
-      auth_(auth) {}
+      auth_(auth),
+      scheduler_(scheduler) {}
 
 void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health) {
   health_.store(health);
@@ -245,7 +247,7 @@ void TensorOpsService::PublishHealth() {
   health->SetServingStatus(v1::TensorOps::service_full_name(), status.ok());
 }
 
-absl::Status TensorOpsService::Run(Call& call, grpc::ServerContext& context,
+absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
                                    const Caller& caller,
                                    const DecodedRequest& d,
                                    absl::Span<v1::Tensor* const> outputs,
@@ -277,6 +279,13 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContext& context,
     const OutputTarget& target = d.output_targets[i];
     switch (target.placement) {
       case v1::OUTPUT_PLACEMENT_SERVER_HANDLE: {
+        if (target.stored != nullptr) {
+          // An existing tensor of the caller's, resolved and checked by the
+          // codec (operands.outputs[i] points at its bytes).
+          out->set_handle(target.handle);
+          operands.output_spaces[i] = MemorySpace::kResident;
+          break;
+        }
         // The kernel writes straight into the stored tensor, in the
         // backend's resident memory (device memory on a GPU): no copy after.
         absl::StatusOr<std::shared_ptr<StoredTensor>> t = tensors_->Create(
@@ -340,111 +349,188 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContext& context,
   return absl::OkStatus();
 }
 
-grpc::Status TensorOpsService::Transpose(grpc::ServerContext* context,
-                                         const v1::TransposeRequest* request,
-                                         v1::TransposeResponse* response) {
-  Call call(metrics_, Rpc::kTranspose);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  const absl::StatusOr<DecodedRequest> d =
-      DecodeTranspose(*request, config_.max_tensor_bytes,
-                      /*shape_only=*/false, plane(*caller));
-  if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(
-      Run(call, *context, *caller, *d, {response->mutable_output()},
-          d->report ? response->mutable_report() : nullptr),
-      *request, *response);
+grpc::ServerUnaryReactor* TensorOpsService::Answer(
+    grpc::CallbackServerContext* context, grpc::Status status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
 }
 
-grpc::Status TensorOpsService::Gemm(grpc::ServerContext* context,
-                                    const v1::GemmRequest* request,
-                                    v1::GemmResponse* response) {
-  Call call(metrics_, Rpc::kGemm);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  const absl::StatusOr<DecodedRequest> d =
-      DecodeGemm(*request, config_.max_tensor_bytes,
-                 /*shape_only=*/false, plane(*caller));
-  if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(Run(call, *context, *caller, *d, {response->mutable_d()},
-                         d->report ? response->mutable_report() : nullptr),
-                     *request, *response);
+// One op call from its handler to its reactor's Finish: shared by the
+// scheduler job's run and reject, of which exactly one finishes it.
+struct TensorOpsService::OpState {
+  OpState(ServiceMetrics* metrics, Rpc rpc) : call(metrics, rpc) {}
+  Call call;
+  Caller caller;
+  DecodedRequest d;
+  OpSlots slots;
+};
+
+grpc::ServerUnaryReactor* TensorOpsService::StartOp(
+    grpc::CallbackServerContext* context, Rpc rpc,
+    const google::protobuf::Message* request,
+    google::protobuf::Message* response,
+    absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)> decode,
+    absl::FunctionRef<OpSlots(const DecodedRequest&)> slots) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto state = std::make_shared<OpState>(metrics_, rpc);
+  const auto finish = [state, reactor, request,
+                       response](const absl::Status& status) {
+    reactor->Finish(state->call.Finish(status, *request, *response));
+  };
+  absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) {
+    finish(caller.status());
+    return reactor;
+  }
+  state->caller = *std::move(caller);
+  // Decoding and validation run here, on gRPC's thread: a bad request is
+  // answered without waiting in the queue.
+  absl::StatusOr<DecodedRequest> d = decode(plane(state->caller));
+  if (!d.ok()) {
+    finish(d.status());
+    return reactor;
+  }
+  state->d = *std::move(d);
+  state->slots = slots(state->d);
+  Job job;
+  job.identity = state->caller.identity;
+  // What a waiting request holds: its message (inline tensors included).
+  job.bytes = static_cast<int64_t>(request->ByteSizeLong());
+  job.cancelled = [context] { return context->IsCancelled(); };
+  job.run = [this, state, context, finish](double) mutable {
+    finish(Run(state->call, *context, state->caller, state->d,
+               state->slots.outputs, state->slots.report));
+  };
+  job.reject = [finish](absl::Status why) mutable { finish(why); };
+  // Full: RESOURCE_EXHAUSTED at once, saying so; shutting down:
+  // UNAVAILABLE.
+  const absl::Status admitted = scheduler_->Submit(std::move(job));
+  if (!admitted.ok()) finish(admitted);
+  return reactor;
 }
 
-grpc::Status TensorOpsService::ConvertLayout(
-    grpc::ServerContext* context, const v1::ConvertLayoutRequest* request,
+grpc::ServerUnaryReactor* TensorOpsService::Transpose(
+    grpc::CallbackServerContext* context, const v1::TransposeRequest* request,
+    v1::TransposeResponse* response) {
+  return StartOp(
+      context, Rpc::kTranspose, request, response,
+      [&](const DataPlane& plane) {
+        return DecodeTranspose(*request, config_.max_tensor_bytes,
+                               /*shape_only=*/false, plane);
+      },
+      [response](const DecodedRequest& d) {
+        return OpSlots{{response->mutable_output()},
+                       d.report ? response->mutable_report() : nullptr};
+      });
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::Gemm(
+    grpc::CallbackServerContext* context, const v1::GemmRequest* request,
+    v1::GemmResponse* response) {
+  return StartOp(
+      context, Rpc::kGemm, request, response,
+      [&](const DataPlane& plane) {
+        return DecodeGemm(*request, config_.max_tensor_bytes,
+                          /*shape_only=*/false, plane);
+      },
+      [response](const DecodedRequest& d) {
+        return OpSlots{{response->mutable_d()},
+                       d.report ? response->mutable_report() : nullptr};
+      });
+}
+
+grpc::ServerUnaryReactor* TensorOpsService::ConvertLayout(
+    grpc::CallbackServerContext* context,
+    const v1::ConvertLayoutRequest* request,
     v1::ConvertLayoutResponse* response) {
-  Call call(metrics_, Rpc::kConvertLayout);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  const absl::StatusOr<DecodedRequest> d =
-      DecodeConvertLayout(*request, config_.max_tensor_bytes,
-                          /*shape_only=*/false, plane(*caller));
-  if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  return call.Finish(
-      Run(call, *context, *caller, *d, {response->mutable_output()},
-          d->report ? response->mutable_report() : nullptr),
-      *request, *response);
+  return StartOp(
+      context, Rpc::kConvertLayout, request, response,
+      [&](const DataPlane& plane) {
+        return DecodeConvertLayout(*request, config_.max_tensor_bytes,
+                                   /*shape_only=*/false, plane);
+      },
+      [response](const DecodedRequest& d) {
+        return OpSlots{{response->mutable_output()},
+                       d.report ? response->mutable_report() : nullptr};
+      });
 }
 
-grpc::Status TensorOpsService::GeluLayerNorm(
-    grpc::ServerContext* context, const v1::GeluLayerNormRequest* request,
+grpc::ServerUnaryReactor* TensorOpsService::GeluLayerNorm(
+    grpc::CallbackServerContext* context,
+    const v1::GeluLayerNormRequest* request,
     v1::GeluLayerNormResponse* response) {
-  Call call(metrics_, Rpc::kGeluLayerNorm);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  const absl::StatusOr<DecodedRequest> d =
-      DecodeGeluLayerNorm(*request, config_.max_tensor_bytes,
-                          /*shape_only=*/false, plane(*caller));
-  if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  v1::Tensor* h = d->sizes.outputs[kLnH] > 0 ? response->mutable_h() : nullptr;
-  return call.Finish(
-      Run(call, *context, *caller, *d, {response->mutable_y(), h},
-          d->report ? response->mutable_report() : nullptr),
-      *request, *response);
+  return StartOp(
+      context, Rpc::kGeluLayerNorm, request, response,
+      [&](const DataPlane& plane) {
+        return DecodeGeluLayerNorm(*request, config_.max_tensor_bytes,
+                                   /*shape_only=*/false, plane);
+      },
+      [response](const DecodedRequest& d) {
+        v1::Tensor* h =
+            d.sizes.outputs[kLnH] > 0 ? response->mutable_h() : nullptr;
+        return OpSlots{{response->mutable_y(), h},
+                       d.report ? response->mutable_report() : nullptr};
+      });
 }
 
-grpc::Status TensorOpsService::GetServerInfo(
-    grpc::ServerContext* context, const v1::GetServerInfoRequest* request,
+grpc::ServerUnaryReactor* TensorOpsService::GetServerInfo(
+    grpc::CallbackServerContext* context,
+    const v1::GetServerInfoRequest* request,
     v1::GetServerInfoResponse* response) {
-  Call call(metrics_, Rpc::kGetServerInfo);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  response->set_backend(std::string(BackendName(backend_->kind())));
-  for (const DeviceInfo& d : backend_->VisibleDevices()) {
-    FillDeviceInfo(d, response->add_devices());
-  }
-  v1::BuildInfo* build = response->mutable_build();
-  build->set_version(COALESCE_VERSION);
-  build->set_git_sha(COALESCE_GIT_SHA);
-  build->set_cuda_enabled(CudaBackendBuilt());
-  build->set_cuda_architectures(COALESCE_CUDA_ARCHITECTURES);
-  v1::Limits* limits = response->mutable_limits();
-  limits->set_max_tensor_bytes(config_.max_tensor_bytes);
-  limits->set_max_message_bytes(config_.max_message_bytes);
-  limits->set_max_rank(kMaxRank);
-  for (const KernelVariant* v : backend_->registry().All()) {
-    v1::VariantInfo* info = response->add_variants();
-    info->set_name(std::string(v->name()));
-    info->set_op(std::string(OpName(v->op())));
-    info->set_backend(std::string(BackendName(v->backend())));
-    info->set_description(std::string(v->description()));
-  }
-  response->set_backend_reason(backend_reason_);
-  return call.Finish(absl::OkStatus(), *request, *response);
+  return Answer(context, [&]() -> grpc::Status {
+    Call call(metrics_, Rpc::kGetServerInfo);
+    const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+    if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+    response->set_backend(std::string(BackendName(backend_->kind())));
+    for (const DeviceInfo& d : backend_->VisibleDevices()) {
+      FillDeviceInfo(d, response->add_devices());
+    }
+    v1::BuildInfo* build = response->mutable_build();
+    build->set_version(COALESCE_VERSION);
+    build->set_git_sha(COALESCE_GIT_SHA);
+    build->set_cuda_enabled(CudaBackendBuilt());
+    build->set_cuda_architectures(COALESCE_CUDA_ARCHITECTURES);
+    v1::Limits* limits = response->mutable_limits();
+    limits->set_max_tensor_bytes(config_.max_tensor_bytes);
+    limits->set_max_message_bytes(config_.max_message_bytes);
+    limits->set_max_rank(kMaxRank);
+    for (const KernelVariant* v : backend_->registry().All()) {
+      v1::VariantInfo* info = response->add_variants();
+      info->set_name(std::string(v->name()));
+      info->set_op(std::string(OpName(v->op())));
+      info->set_backend(std::string(BackendName(v->backend())));
+      info->set_description(std::string(v->description()));
+    }
+    response->set_backend_reason(backend_reason_);
+    return call.Finish(absl::OkStatus(), *request, *response);
+  }());
 }
 
-grpc::Status TensorOpsService::ExplainSelection(
-    grpc::ServerContext* context, const v1::ExplainSelectionRequest* request,
+grpc::ServerUnaryReactor* TensorOpsService::ExplainSelection(
+    grpc::CallbackServerContext* context,
+    const v1::ExplainSelectionRequest* request,
     v1::ExplainSelectionResponse* response) {
-  Call call(metrics_, Rpc::kExplainSelection);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Shared by this handler and, for measure, the job that times the
+  // variants on the scheduler's thread.
+  auto call = std::make_shared<Call>(metrics_, Rpc::kExplainSelection);
+  const auto finish = [call, reactor, request, response](absl::Status s) {
+    reactor->Finish(call->Finish(s, *request, *response));
+  };
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+  if (!caller.ok()) {
+    finish(caller.status());
+    return reactor;
+  }
   if (request->measure()) {
     // Timing every variant spends GPU time on the server's behalf.
     const absl::Status allowed =
         Authorize(*caller, Role::kAdmin, "ExplainSelection.measure");
-    if (!allowed.ok()) return call.Finish(allowed, *request, *response);
+    if (!allowed.ok()) {
+      finish(allowed);
+      return reactor;
+    }
   }
   const int64_t max = config_.max_tensor_bytes;
   absl::StatusOr<DecodedRequest> d;
@@ -469,53 +555,75 @@ grpc::Status TensorOpsService::ExplainSelection(
           "request: set one of transpose, gemm, convert_layout, "
           "gelu_layer_norm");
   }
-  if (!d.ok()) return call.Finish(d.status(), *request, *response);
-  Explanation e = selector_->Explain(d->problem);
-  if (request->measure()) {
-    // Asked between runs: the timing stops once the caller's deadline
-    // passes, it goes away, or the server's shutdown grace ends.
-    absl::StatusOr<TunedChoice> m = selector_->Measure(
-        d->problem, [context] { return context->IsCancelled(); });
-    if (!m.ok()) return call.Finish(m.status(), *request, *response);
-    for (Candidate& c : e.candidates) {
-      c.measured_seconds = -1;
-      for (const auto& [name, s] : m->measured) {
-        if (name == c.variant) c.measured_seconds = s;
+  if (!d.ok()) {
+    finish(d.status());
+    return reactor;
+  }
+  auto explain = [this, context, request, response,
+                  problem = d->problem]() -> absl::Status {
+    Explanation e = selector_->Explain(problem);
+    if (request->measure()) {
+      // Asked between runs: the timing stops once the caller's deadline
+      // passes, it goes away, or the server's shutdown grace ends.
+      COALESCE_ASSIGN_OR_RETURN(TunedChoice m,
+                                selector_->Measure(problem, [context] {
+                                  return context->IsCancelled();
+                                }));
+      for (Candidate& c : e.candidates) {
+        c.measured_seconds = -1;
+        for (const auto& [name, seconds] : m.measured) {
+          if (name == c.variant) c.measured_seconds = seconds;
+        }
       }
     }
+    response->set_key(e.key);
+    response->set_problem(Describe(problem));
+    for (const Candidate& c : e.candidates) {
+      v1::VariantCandidate* out = response->add_candidates();
+      out->set_variant(c.variant);
+      out->set_eligible(c.eligible);
+      out->set_why_not(c.why_not);
+      out->set_estimated_seconds(c.estimate_seconds);
+      out->set_measured_seconds(c.measured_seconds);
+    }
+    if (e.chosen.variant == nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat("no ", BackendName(backend_->kind()),
+                       " variant supports ", Describe(problem)));
+    }
+    response->set_chosen_variant(std::string(e.chosen.variant->name()));
+    response->set_source(e.chosen.source);
+    response->set_reason(e.chosen.reason);
+    return absl::OkStatus();
+  };
+  if (!request->measure()) {
+    finish(explain());
+    return reactor;
   }
-  response->set_key(e.key);
-  response->set_problem(Describe(d->problem));
-  for (const Candidate& c : e.candidates) {
-    v1::VariantCandidate* out = response->add_candidates();
-    out->set_variant(c.variant);
-    out->set_eligible(c.eligible);
-    out->set_why_not(c.why_not);
-    out->set_estimated_seconds(c.estimate_seconds);
-    out->set_measured_seconds(c.measured_seconds);
-  }
-  if (e.chosen.variant == nullptr) {
-    return call.Finish(absl::UnimplementedError(absl::StrCat(
-                           "no ", BackendName(backend_->kind()),
-                           " variant supports ", Describe(d->problem))),
-                       *request, *response);
-  }
-  response->set_chosen_variant(std::string(e.chosen.variant->name()));
-  response->set_source(e.chosen.source);
-  response->set_reason(e.chosen.reason);
-  return call.Finish(absl::OkStatus(), *request, *response);
+  // Measuring runs on the device: it waits its turn like an op.
+  Job job;
+  job.identity = caller->identity;
+  job.bytes = static_cast<int64_t>(request->ByteSizeLong());
+  job.cancelled = [context] { return context->IsCancelled(); };
+  job.run = [finish, explain](double) mutable { finish(explain()); };
+  job.reject = [finish](absl::Status why) mutable { finish(why); };
+  const absl::Status admitted = scheduler_->Submit(std::move(job));
+  if (!admitted.ok()) finish(admitted);
+  return reactor;
 }
 
-grpc::Status TensorOpsService::Echo(grpc::ServerContext* context,
-                                    const v1::EchoRequest* request,
-                                    v1::EchoResponse* response) {
-  Call call(metrics_, Rpc::kEcho);
-  // Authenticated like an op: the floor an op is compared with includes it.
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  // One copy into the response, as an op writes its output into one.
-  *response->mutable_payload() = request->payload();
-  return call.Finish(absl::OkStatus(), *request, *response);
+grpc::ServerUnaryReactor* TensorOpsService::Echo(
+    grpc::CallbackServerContext* context, const v1::EchoRequest* request,
+    v1::EchoResponse* response) {
+  return Answer(context, [&]() -> grpc::Status {
+    Call call(metrics_, Rpc::kEcho);
+    // Authenticated like an op: the floor an op is compared with includes it.
+    const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+    if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+    // One copy into the response, as an op writes its output into one.
+    *response->mutable_payload() = request->payload();
+    return call.Finish(absl::OkStatus(), *request, *response);
+  }());
 }
 
 grpc::Status TensorOpsService::PutTensor(
@@ -642,74 +750,88 @@ grpc::Status TensorOpsService::GetTensor(
   return call.Finish(status, request->ByteSizeLong(), response_bytes);
 }
 
-grpc::Status TensorOpsService::DeleteTensor(
-    grpc::ServerContext* context, const v1::DeleteTensorRequest* request,
+grpc::ServerUnaryReactor* TensorOpsService::DeleteTensor(
+    grpc::CallbackServerContext* context,
+    const v1::DeleteTensorRequest* request,
     v1::DeleteTensorResponse* response) {
-  Call call(metrics_, Rpc::kDeleteTensor);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  absl::StatusOr<int64_t> freed =
-      tensors_->Delete(caller->identity, request->handle());
-  if (freed.ok()) response->set_freed_bytes(*freed);
-  return call.Finish(InField(freed.status(), "handle"), *request, *response);
+  return Answer(context, [&]() -> grpc::Status {
+    Call call(metrics_, Rpc::kDeleteTensor);
+    const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+    if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+    absl::StatusOr<int64_t> freed =
+        tensors_->Delete(caller->identity, request->handle());
+    if (freed.ok()) response->set_freed_bytes(*freed);
+    return call.Finish(InField(freed.status(), "handle"), *request, *response);
+  }());
 }
 
-grpc::Status TensorOpsService::ListTensors(
-    grpc::ServerContext* context, const v1::ListTensorsRequest* request,
+grpc::ServerUnaryReactor* TensorOpsService::ListTensors(
+    grpc::CallbackServerContext* context, const v1::ListTensorsRequest* request,
     v1::ListTensorsResponse* response) {
-  Call call(metrics_, Rpc::kListTensors);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  const std::string& client = caller->identity;
-  for (const TensorListing& t : tensors_->List(client)) {
-    FillTensorInfo(t, response->add_tensors());
-  }
-  response->set_used_bytes(tensors_->used_bytes(client));
-  response->set_quota_bytes(tensors_->options().quota_bytes);
-  response->set_total_used_bytes(tensors_->total_used_bytes());
-  response->set_cap_bytes(tensors_->options().cap_bytes);
-  return call.Finish(absl::OkStatus(), *request, *response);
+  return Answer(context, [&]() -> grpc::Status {
+    Call call(metrics_, Rpc::kListTensors);
+    const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+    if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+    const std::string& client = caller->identity;
+    for (const TensorListing& t : tensors_->List(client)) {
+      FillTensorInfo(t, response->add_tensors());
+    }
+    response->set_used_bytes(tensors_->used_bytes(client));
+    response->set_quota_bytes(tensors_->options().quota_bytes);
+    response->set_total_used_bytes(tensors_->total_used_bytes());
+    response->set_cap_bytes(tensors_->options().cap_bytes);
+    return call.Finish(absl::OkStatus(), *request, *response);
+  }());
 }
 
-grpc::Status TensorOpsService::RegisterSharedMemory(
-    grpc::ServerContext* context,
+grpc::ServerUnaryReactor* TensorOpsService::RegisterSharedMemory(
+    grpc::CallbackServerContext* context,
     const v1::RegisterSharedMemoryRequest* request,
     v1::RegisterSharedMemoryResponse* response) {
-  Call call(metrics_, Rpc::kRegisterSharedMemory);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  return call.Finish(shared_memory_->Register(
-                         caller->identity, request->name(), request->key(),
-                         request->offset(), request->byte_size(), caller->uid),
-                     *request, *response);
+  return Answer(context, [&]() -> grpc::Status {
+    Call call(metrics_, Rpc::kRegisterSharedMemory);
+    const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+    if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+    return call.Finish(
+        shared_memory_->Register(caller->identity, request->name(),
+                                 request->key(), request->offset(),
+                                 request->byte_size(), caller->uid),
+        *request, *response);
+  }());
 }
 
-grpc::Status TensorOpsService::UnregisterSharedMemory(
-    grpc::ServerContext* context,
+grpc::ServerUnaryReactor* TensorOpsService::UnregisterSharedMemory(
+    grpc::CallbackServerContext* context,
     const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse* response) {
-  Call call(metrics_, Rpc::kUnregisterSharedMemory);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  return call.Finish(
-      shared_memory_->Unregister(caller->identity, request->name()), *request,
-      *response);
+  return Answer(context, [&]() -> grpc::Status {
+    Call call(metrics_, Rpc::kUnregisterSharedMemory);
+    const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+    if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+    return call.Finish(
+        shared_memory_->Unregister(caller->identity, request->name()), *request,
+        *response);
+  }());
 }
 
-grpc::Status TensorOpsService::ListSharedMemory(
-    grpc::ServerContext* context, const v1::ListSharedMemoryRequest* request,
+grpc::ServerUnaryReactor* TensorOpsService::ListSharedMemory(
+    grpc::CallbackServerContext* context,
+    const v1::ListSharedMemoryRequest* request,
     v1::ListSharedMemoryResponse* response) {
-  Call call(metrics_, Rpc::kListSharedMemory);
-  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-  for (const SharedMemoryListing& r : shared_memory_->List(caller->identity)) {
-    v1::SharedMemoryRegion* out = response->add_regions();
-    out->set_name(r.name);
-    out->set_key(r.key);
-    out->set_offset(r.offset);
-    out->set_byte_size(r.byte_size);
-  }
-  return call.Finish(absl::OkStatus(), *request, *response);
+  return Answer(context, [&]() -> grpc::Status {
+    Call call(metrics_, Rpc::kListSharedMemory);
+    const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+    if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
+    for (const SharedMemoryListing& r :
+         shared_memory_->List(caller->identity)) {
+      v1::SharedMemoryRegion* out = response->add_regions();
+      out->set_name(r.name);
+      out->set_key(r.key);
+      out->set_offset(r.offset);
+      out->set_byte_size(r.byte_size);
+    }
+    return call.Finish(absl::OkStatus(), *request, *response);
+  }());
 }
 
 }  // namespace coalesce

@@ -16,6 +16,8 @@
 #include <atomic>
 #include <string>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "coalesce/v1/tensor_ops.grpc.pb.h"
@@ -25,26 +27,50 @@
 #include "server/config.h"
 #include "server/frontend/native/codec.h"
 #include "server/metrics/service_metrics.h"
+#include "server/scheduler/scheduler.h"
 #include "server/store/shared_memory.h"
 #include "server/store/tensor_store.h"
 
 namespace coalesce {
 
-class TensorOpsService final : public v1::TensorOps::Service {
+// The unary RPCs use gRPC's callback API, so that no thread waits inside a
+// handler: an op is authenticated and decoded on gRPC's thread, then waits
+// its turn in the device's Scheduler and runs on one of its threads, which
+// finishes the call; the other unary RPCs answer at once. PutTensor and
+// GetTensor stream on gRPC's synchronous threads.
+// clang-format off
+using TensorOpsServiceBase =
+    v1::TensorOps::WithCallbackMethod_Transpose<
+    v1::TensorOps::WithCallbackMethod_Gemm<
+    v1::TensorOps::WithCallbackMethod_ConvertLayout<
+    v1::TensorOps::WithCallbackMethod_GeluLayerNorm<
+    v1::TensorOps::WithCallbackMethod_GetServerInfo<
+    v1::TensorOps::WithCallbackMethod_ExplainSelection<
+    v1::TensorOps::WithCallbackMethod_Echo<
+    v1::TensorOps::WithCallbackMethod_DeleteTensor<
+    v1::TensorOps::WithCallbackMethod_ListTensors<
+    v1::TensorOps::WithCallbackMethod_RegisterSharedMemory<
+    v1::TensorOps::WithCallbackMethod_UnregisterSharedMemory<
+    v1::TensorOps::WithCallbackMethod_ListSharedMemory<
+    v1::TensorOps::Service>>>>>>>>>>>>;
+// clang-format on
+
+class TensorOpsService final : public TensorOpsServiceBase {
  public:
-  // backend, metrics, selector, tensors, shared_memory and auth are not
-  // owned and must outlive the service. auth decides who each call is:
-  // every RPC is authenticated first, and reaches only its caller's tensors
-  // and regions. backend_reason says why this backend serves
+  // backend, metrics, selector, tensors, shared_memory, auth and scheduler
+  // are not owned and must outlive the service. auth decides who each call
+  // is: every RPC is authenticated first, and reaches only its caller's
+  // tensors and regions. backend_reason says why this backend serves
   // (reported by GetServerInfo). selector chooses the variant of every
   // request without a forced one. tensors must keep its bytes in backend's
   // resident memory (BackendTensorMemory): ops hand stored tensors to
-  // backend->Execute as resident operands.
+  // backend->Execute as resident operands. scheduler admits and orders the
+  // work that runs on backend's device (ops, ExplainSelection's measure).
   TensorOpsService(Backend* backend, ServerConfig config,
                    std::string backend_reason, ServiceMetrics* metrics,
                    Selector* selector, TensorStore* tensors,
                    SharedMemoryRegistry* shared_memory,
-                   const Authenticator* auth);
+                   const Authenticator* auth, Scheduler* scheduler);
 
   // Publishes the backend's health as the serving status of "" and of
   // coalesce.v1.TensorOps, now and after every failed execution, so that a
@@ -53,49 +79,56 @@ class TensorOpsService final : public v1::TensorOps::Service {
   // RPCs (both belong to one grpc::Server).
   void AttachHealth(grpc::HealthCheckServiceInterface* health);
 
-  grpc::Status Transpose(grpc::ServerContext* context,
-                         const v1::TransposeRequest* request,
-                         v1::TransposeResponse* response) override;
-  grpc::Status Gemm(grpc::ServerContext* context,
-                    const v1::GemmRequest* request,
-                    v1::GemmResponse* response) override;
-  grpc::Status ConvertLayout(grpc::ServerContext* context,
-                             const v1::ConvertLayoutRequest* request,
-                             v1::ConvertLayoutResponse* response) override;
-  grpc::Status GeluLayerNorm(grpc::ServerContext* context,
-                             const v1::GeluLayerNormRequest* request,
-                             v1::GeluLayerNormResponse* response) override;
-  grpc::Status GetServerInfo(grpc::ServerContext* context,
-                             const v1::GetServerInfoRequest* request,
-                             v1::GetServerInfoResponse* response) override;
-  grpc::Status ExplainSelection(
-      grpc::ServerContext* context, const v1::ExplainSelectionRequest* request,
+  grpc::ServerUnaryReactor* Transpose(grpc::CallbackServerContext* context,
+                                      const v1::TransposeRequest* request,
+                                      v1::TransposeResponse* response) override;
+  grpc::ServerUnaryReactor* Gemm(grpc::CallbackServerContext* context,
+                                 const v1::GemmRequest* request,
+                                 v1::GemmResponse* response) override;
+  grpc::ServerUnaryReactor* ConvertLayout(
+      grpc::CallbackServerContext* context,
+      const v1::ConvertLayoutRequest* request,
+      v1::ConvertLayoutResponse* response) override;
+  grpc::ServerUnaryReactor* GeluLayerNorm(
+      grpc::CallbackServerContext* context,
+      const v1::GeluLayerNormRequest* request,
+      v1::GeluLayerNormResponse* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(
+      grpc::CallbackServerContext* context,
+      const v1::GetServerInfoRequest* request,
+      v1::GetServerInfoResponse* response) override;
+  grpc::ServerUnaryReactor* ExplainSelection(
+      grpc::CallbackServerContext* context,
+      const v1::ExplainSelectionRequest* request,
       v1::ExplainSelectionResponse* response) override;
-  grpc::Status Echo(grpc::ServerContext* context,
-                    const v1::EchoRequest* request,
-                    v1::EchoResponse* response) override;
+  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context,
+                                 const v1::EchoRequest* request,
+                                 v1::EchoResponse* response) override;
   grpc::Status PutTensor(grpc::ServerContext* context,
                          grpc::ServerReader<v1::PutTensorRequest>* reader,
                          v1::PutTensorResponse* response) override;
   grpc::Status GetTensor(
       grpc::ServerContext* context, const v1::GetTensorRequest* request,
       grpc::ServerWriter<v1::GetTensorResponse>* writer) override;
-  grpc::Status DeleteTensor(grpc::ServerContext* context,
-                            const v1::DeleteTensorRequest* request,
-                            v1::DeleteTensorResponse* response) override;
-  grpc::Status ListTensors(grpc::ServerContext* context,
-                           const v1::ListTensorsRequest* request,
-                           v1::ListTensorsResponse* response) override;
-  grpc::Status RegisterSharedMemory(
-      grpc::ServerContext* context,
+  grpc::ServerUnaryReactor* DeleteTensor(
+      grpc::CallbackServerContext* context,
+      const v1::DeleteTensorRequest* request,
+      v1::DeleteTensorResponse* response) override;
+  grpc::ServerUnaryReactor* ListTensors(
+      grpc::CallbackServerContext* context,
+      const v1::ListTensorsRequest* request,
+      v1::ListTensorsResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterSharedMemory(
+      grpc::CallbackServerContext* context,
       const v1::RegisterSharedMemoryRequest* request,
       v1::RegisterSharedMemoryResponse* response) override;
-  grpc::Status UnregisterSharedMemory(
-      grpc::ServerContext* context,
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(
+      grpc::CallbackServerContext* context,
       const v1::UnregisterSharedMemoryRequest* request,
       v1::UnregisterSharedMemoryResponse* response) override;
-  grpc::Status ListSharedMemory(
-      grpc::ServerContext* context, const v1::ListSharedMemoryRequest* request,
+  grpc::ServerUnaryReactor* ListSharedMemory(
+      grpc::CallbackServerContext* context,
+      const v1::ListSharedMemoryRequest* request,
       v1::ListSharedMemoryResponse* response) override;
 
   // GetTensor's chunk size when the request names none.
@@ -104,12 +137,33 @@ class TensorOpsService final : public v1::TensorOps::Service {
  private:
   // One RPC as the metrics see it (service.cc).
   class Call;
+  // An op call between its handler and its Finish (service.cc).
+  struct OpState;
+  // Where an op writes: its response's output tensors (null for one not
+  // asked for) and report (null unless asked for).
+  struct OpSlots {
+    absl::InlinedVector<v1::Tensor*, 2> outputs;
+    v1::KernelReport* report = nullptr;
+  };
+
+  // The default reactor, finished with status.
+  static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
+                                          grpc::Status status);
+  // An op's handler: authenticates, decodes, and queues the run on the
+  // scheduler (or answers at once with the error).
+  grpc::ServerUnaryReactor* StartOp(
+      grpc::CallbackServerContext* context, Rpc rpc,
+      const google::protobuf::Message* request,
+      google::protobuf::Message* response,
+      absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)>
+          decode,
+      absl::FunctionRef<OpSlots(const DecodedRequest&)> slots);
 
   // Selects a variant for d, places each requested output where
   // d.output_targets says (inline: the matching response tensor's bytes;
   // a handle: a new stored tensor owned by the caller; shared memory:
   // already resolved), runs it and fills report when d.report.
-  absl::Status Run(Call& call, grpc::ServerContext& context,
+  absl::Status Run(Call& call, grpc::ServerContextBase& context,
                    const Caller& caller, const DecodedRequest& d,
                    absl::Span<v1::Tensor* const> outputs,
                    v1::KernelReport* report);
@@ -126,6 +180,7 @@ class TensorOpsService final : public v1::TensorOps::Service {
   TensorStore* const tensors_;
   SharedMemoryRegistry* const shared_memory_;
   const Authenticator* const auth_;
+  Scheduler* const scheduler_;
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
 };
 
