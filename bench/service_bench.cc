@@ -1,9 +1,9 @@
 // coalesce-bench service: the end-to-end service benchmark.
 //
 //   coalesce-bench service --server=HOST:PORT [--op=transpose,gelu-ln,echo]
-//       [--transport=inline,handle,shm] [--bytes=65536,67108864]
+//       [--transport=inline,handle,pipeline,shm] [--bytes=65536,67108864]
 //       [--concurrency=16,2] [--shape=R,C] [--duration_s=5 | --count=N]
-//       [--warmup_s=0.5] [--json=FILE]
+//       [--warmup_s=0.5] [--metrics=HOST:PORT] [--json=FILE]
 //
 // For every (bytes, concurrency) case (the lists pair up position by
 // position when both have several entries, otherwise one is repeated), it
@@ -15,17 +15,34 @@
 // Transports: inline (tensor bytes in the request and the response), handle
 // (the input uploaded once with PutTensor, the output kept on the server;
 // each output is deleted by a background thread of the worker, at most two
-// behind, so the worker's loop holds only the op) and shm (a
-// POSIX shared-memory region per worker, registered with the server, holds
-// the input and receives the output).
+// behind, so the worker's loop holds only the op), pipeline (as handle, but
+// each worker also uploads one output tensor and every request writes into
+// it through OutputSpec.handle: a closed loop with no housekeeping) and shm
+// (a POSIX shared-memory region per worker, registered with the server,
+// holds the input and receives the output).
 //
 // Figures: requests/s, GB/s (input + output tensor bytes per request, the
 // payload twice for Echo), latency p50/p90/p99/max of the timed requests,
-// errors, and requests/s and GB/s as a ratio to Echo of the same case.
+// errors, and requests/s and GB/s as a ratio to Echo of the same case,
+// whose requests/s and p50 are repeated on every row. Before an op phase's
+// workers start, one worker sends 5 of its requests with options.report
+// and takes the median kernel_seconds (of the warm ones): "kernel us";
+// "bound req/s" is 1 / that (one device running those requests back to
+// back, nothing else), "busy" is req/s x kernel seconds (the fraction of
+// the device the phase kept busy, by that estimate). With --metrics, the
+// server's Prometheus endpoint is scraped before and after each timed
+// phase: "server busy" is the delta of coalesce_device_kernel_seconds_total
+// over the timed seconds (the server's own kernel time, above 1 when runs
+// overlap), "mean batch" the delta of coalesce_batch_size_sum over that of
+// coalesce_batch_size_count (requests per device launch). "-" (JSON null):
+// not measured, or the metric is absent.
 #include "bench/service_bench.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +56,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -46,6 +64,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -65,7 +84,8 @@ ABSL_FLAG(std::string, op, "transpose",
           "service mode: comma-separated ops (transpose, gelu-ln, echo); Echo "
           "always runs first as the floor");
 ABSL_FLAG(std::string, transport, "inline",
-          "service mode: comma-separated transports (inline, handle, shm)");
+          "service mode: comma-separated transports (inline, handle, "
+          "pipeline, shm)");
 ABSL_FLAG(std::string, bytes, "65536",
           "service mode: comma-separated float32 tensor sizes in bytes");
 ABSL_FLAG(std::string, concurrency, "16",
@@ -74,6 +94,10 @@ ABSL_FLAG(double, duration_s, 5, "service mode: timed seconds per phase");
 ABSL_FLAG(int64_t, count, 0,
           "service mode: timed requests per phase (overrides --duration_s)");
 ABSL_FLAG(double, warmup_s, 0.5, "service mode: untimed seconds per phase");
+ABSL_FLAG(std::string, metrics, "",
+          "service mode: the server's Prometheus endpoint HOST:PORT, scraped "
+          "around each timed phase for server busy and mean batch; empty: "
+          "off");
 ABSL_FLAG(double, ready_timeout_s, 60,
           "service mode: how long to wait for the server to serve");
 ABSL_DECLARE_FLAG(std::string, json);
@@ -138,6 +162,9 @@ struct Worker {
   std::unique_ptr<Client> client;
   // Issues one request; the timed part.
   std::function<absl::Status()> request;
+  // Issues the same request with options.report set (ops, not Echo) and
+  // returns the report; deletes an output it made (handle transport).
+  std::function<absl::StatusOr<v1::KernelReport>()> probe;
   // Runs after each request, untimed (handle transport: queue the output
   // for deletion).
   std::function<void()> after;
@@ -165,6 +192,10 @@ struct PhaseResult {
   double gbps = 0;
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
   double rps_vs_echo = 0, gbps_vs_echo = 0;
+  // Unknown (not measured, metric absent): empty.
+  std::optional<double> kernel_seconds;  // median of the probe's reports
+  std::optional<double> echo_rps, echo_p50_ms;
+  std::optional<double> server_busy, mean_batch;
 };
 
 std::string SizeLabel(int64_t bytes) {
@@ -263,13 +294,17 @@ class ShmObject {
   const int64_t bytes_;
 };
 
-// Sets where an op's output goes for a transport; region/offset for shm.
+// Sets where an op's output goes for a transport; region/offset for shm,
+// output_handle (the tensor to write into) for pipeline.
 void PlaceOutput(const std::string& transport, const std::string& region,
-                 int64_t offset, int64_t bytes, v1::ExecutionOptions* options) {
+                 int64_t offset, int64_t bytes,
+                 const std::string& output_handle,
+                 v1::ExecutionOptions* options) {
   if (transport == "inline") return;
   v1::OutputSpec* spec = options->add_outputs();
-  if (transport == "handle") {
+  if (transport == "handle" || transport == "pipeline") {
     spec->set_placement(v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+    spec->set_handle(output_handle);
     return;
   }
   spec->set_placement(v1::OUTPUT_PLACEMENT_SHARED_MEMORY);
@@ -310,15 +345,35 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
   input.mutable_shape()->Add(shape->begin(), shape->end());
   std::string region;
   int64_t output_offset = 0;
+  std::string output_handle;  // pipeline
   if (p.transport == "inline") {
     input.set_raw(payload);
-  } else if (p.transport == "handle") {
+  } else if (p.transport == "handle" || p.transport == "pipeline") {
     absl::StatusOr<v1::TensorInfo> info =
         c->PutTensor(v1::DATA_TYPE_FLOAT32, *shape, payload);
     if (!info.ok()) return info.status();
     input.set_handle(info->handle());
     const std::string handle = info->handle();
     worker.cleanup = [c, handle] { c->DeleteTensor(handle).IgnoreError(); };
+    if (p.transport == "pipeline") {
+      // The output's shape: transpose swaps the last two dimensions.
+      std::vector<int64_t> out_shape = *shape;
+      if (p.op == "transpose" && out_shape.size() >= 2) {
+        std::swap(out_shape[out_shape.size() - 2], out_shape.back());
+      }
+      absl::StatusOr<v1::TensorInfo> out =
+          c->PutTensor(v1::DATA_TYPE_FLOAT32, out_shape,
+                       RandomBytes(p.tensor_bytes, 2000 + w));
+      if (!out.ok()) {
+        worker.cleanup();
+        return out.status();
+      }
+      output_handle = out->handle();
+      worker.cleanup = [c, handle, output_handle] {
+        c->DeleteTensor(handle).IgnoreError();
+        c->DeleteTensor(output_handle).IgnoreError();
+      };
+    }
   } else if (p.transport == "shm") {
     // Input at 0, output after it on a 4 KiB boundary.
     output_offset = (p.tensor_bytes + 4095) / 4096 * 4096;
@@ -339,33 +394,64 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
     ref->set_offset(0);
     ref->set_byte_size(p.tensor_bytes);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--transport: unknown '", p.transport, "' (inline, handle or shm)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport: unknown '", p.transport,
+                     "' (inline, handle, pipeline or shm)"));
   }
 
   // The output handle of the last request (handle transport).
   auto last_handle = std::make_shared<std::string>();
+  // Whether each request makes a new output handle (the probe deletes its).
+  const bool new_outputs = p.transport == "handle";
+  // Pipeline: a server that made a new output instead of writing into
+  // output_handle would fill the caller's quota; an error says so at once.
+  auto check = [output_handle](const v1::Tensor& output) {
+    if (output_handle.empty() || output.handle() == output_handle) {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the server wrote the output to ", output.handle(), ", not into ",
+        output_handle, " (OutputSpec.handle unsupported?)"));
+  };
   if (p.op == "transpose") {
     auto request = std::make_shared<v1::TransposeRequest>();
     *request->mutable_input() = std::move(input);
     PlaceOutput(p.transport, region, output_offset, p.tensor_bytes,
-                request->mutable_options());
-    worker.request = [c, request, last_handle]() -> absl::Status {
+                output_handle, request->mutable_options());
+    worker.request = [c, request, last_handle, check]() -> absl::Status {
       absl::StatusOr<v1::TransposeResponse> r = c->Transpose(*request);
       if (!r.ok()) return r.status();
       *last_handle = r->output().handle();
-      return absl::OkStatus();
+      return check(r->output());
+    };
+    auto probe = std::make_shared<v1::TransposeRequest>(*request);
+    probe->mutable_options()->set_report(true);
+    worker.probe = [c, probe,
+                    new_outputs]() -> absl::StatusOr<v1::KernelReport> {
+      absl::StatusOr<v1::TransposeResponse> r = c->Transpose(*probe);
+      if (!r.ok()) return r.status();
+      if (new_outputs) c->DeleteTensor(r->output().handle()).IgnoreError();
+      return r->report();
     };
   } else if (p.op == "gelu-ln") {
     auto request = std::make_shared<v1::GeluLayerNormRequest>();
     *request->mutable_x() = std::move(input);
     PlaceOutput(p.transport, region, output_offset, p.tensor_bytes,
-                request->mutable_options());
-    worker.request = [c, request, last_handle]() -> absl::Status {
+                output_handle, request->mutable_options());
+    worker.request = [c, request, last_handle, check]() -> absl::Status {
       absl::StatusOr<v1::GeluLayerNormResponse> r = c->GeluLayerNorm(*request);
       if (!r.ok()) return r.status();
       *last_handle = r->y().handle();
-      return absl::OkStatus();
+      return check(r->y());
+    };
+    auto probe = std::make_shared<v1::GeluLayerNormRequest>(*request);
+    probe->mutable_options()->set_report(true);
+    worker.probe = [c, probe,
+                    new_outputs]() -> absl::StatusOr<v1::KernelReport> {
+      absl::StatusOr<v1::GeluLayerNormResponse> r = c->GeluLayerNorm(*probe);
+      if (!r.ok()) return r.status();
+      if (new_outputs) c->DeleteTensor(r->y().handle()).IgnoreError();
+      return r->report();
     };
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -380,6 +466,134 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
     };
   }
   return worker;
+}
+
+// The median kernel_seconds of 5 probe requests, of the warm ones when any
+// (a cold start includes one-time work); empty when the reports carry none.
+absl::StatusOr<std::optional<double>> KernelSeconds(Worker& worker) {
+  std::vector<double> warm, all;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<v1::KernelReport> report = worker.probe();
+    if (!report.ok()) return report.status();
+    if (report->kernel_seconds() <= 0) continue;
+    all.push_back(report->kernel_seconds());
+    if (!report->cold_start()) warm.push_back(report->kernel_seconds());
+  }
+  std::vector<double>& v = warm.empty() ? all : warm;
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// GET http://address/metrics over HTTP/1.0; the body.
+absl::StatusOr<std::string> Scrape(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics: '", address, "' is not HOST:PORT"));
+  }
+  const std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* addrs = nullptr;
+  if (const int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &addrs)) {
+    return absl::UnavailableError(
+        absl::StrCat("--metrics: ", address, ": ", gai_strerror(e)));
+  }
+  int fd = -1;
+  for (addrinfo* a = addrs; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    // A server that stops answering must not hang the bench.
+    const timeval timeout{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(addrs);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("--metrics: connect ", address,
+                                               ": ", std::strerror(errno)));
+  }
+  const std::string request =
+      absl::StrCat("GET /metrics HTTP/1.0\r\nHost: ", address, "\r\n\r\n");
+  std::string response;
+  bool sent = true;
+  for (size_t off = 0; off < request.size() && sent;) {
+    const ssize_t n =
+        send(fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
+    sent = n > 0;
+    off += sent ? static_cast<size_t>(n) : 0;
+  }
+  char buffer[16384];
+  ssize_t n = 0;
+  while (sent && (n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (!sent || n < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--metrics: ", address, ": ", std::strerror(errno)));
+  }
+  const size_t body = response.find("\r\n\r\n");
+  const size_t space = response.find(' ');
+  if (body == std::string::npos || space == std::string::npos ||
+      response.compare(space + 1, 3, "200") != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--metrics: ", address, ": bad answer '",
+                     response.substr(0, response.find('\r')), "'"));
+  }
+  return response.substr(body + 4);
+}
+
+// The sum of a metric's samples over all its label sets, from Prometheus
+// text format; empty when it has none.
+std::optional<double> MetricSum(absl::string_view text,
+                                absl::string_view name) {
+  std::optional<double> sum;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name) || line.size() == name.size()) continue;
+    absl::string_view rest = line.substr(name.size());
+    if (rest[0] == '{') {
+      const size_t close = rest.rfind('}');
+      if (close == absl::string_view::npos) continue;
+      rest = rest.substr(close + 1);
+    } else if (rest[0] != ' ') {
+      continue;  // another metric whose name starts with this one
+    }
+    // The value, then an optional timestamp.
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(rest, ' ', absl::SkipEmpty());
+    double v = 0;
+    if (fields.empty() || !absl::SimpleAtod(fields[0], &v)) continue;
+    sum = sum.value_or(0) + v;
+  }
+  return sum;
+}
+
+// What RunPhase reads from a scrape.
+struct ServerMetrics {
+  std::optional<double> kernel_seconds, batches, batched_requests;
+};
+
+// Scrapes --metrics; all empty when it is off or the scrape failed (said on
+// stderr).
+ServerMetrics ScrapeServerMetrics() {
+  const std::string address = absl::GetFlag(FLAGS_metrics);
+  if (address.empty()) return {};
+  absl::StatusOr<std::string> text = Scrape(address);
+  if (!text.ok()) {
+    std::fprintf(stderr, "\nwarning: %s\n", text.status().ToString().c_str());
+    return {};
+  }
+  return {MetricSum(*text, "coalesce_device_kernel_seconds_total"),
+          MetricSum(*text, "coalesce_batch_size_count"),
+          MetricSum(*text, "coalesce_batch_size_sum")};
 }
 
 double Percentile(const std::vector<double>& sorted, double q) {
@@ -400,6 +614,17 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
       return worker.status();
     }
     workers.push_back(std::move(*worker));
+  }
+  // Alone on the connection, before any load: the kernel's own time.
+  std::optional<double> kernel_seconds;
+  if (workers[0].probe) {
+    absl::StatusOr<std::optional<double>> k = KernelSeconds(workers[0]);
+    if (k.ok()) {
+      kernel_seconds = *k;
+    } else {
+      std::fprintf(stderr, "warning: %s %s: kernel time: %s\n", p.op.c_str(),
+                   p.transport.c_str(), k.status().ToString().c_str());
+    }
   }
   const int64_t count = absl::GetFlag(FLAGS_count);
   std::atomic<bool> measuring{false};
@@ -443,6 +668,7 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
                       SizeLabel(p.tensor_bytes), p.concurrency);
   std::this_thread::sleep_for(
       std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup_s)));
+  const ServerMetrics before = ScrapeServerMetrics();
   const Clock::time_point start = Clock::now();
   measuring.store(true);
   const double duration = absl::GetFlag(FLAGS_duration_s);
@@ -465,6 +691,7 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
       break;
     }
   }
+  const ServerMetrics after = ScrapeServerMetrics();
   for (std::thread& t : threads) t.join();
   std::fprintf(stderr, "\n");
   for (Worker& worker : workers) {
@@ -489,6 +716,16 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
   r.p90_ms = Percentile(all, 0.9);
   r.p99_ms = Percentile(all, 0.99);
   r.max_ms = all.empty() ? 0 : all.back();
+  r.kernel_seconds = kernel_seconds;
+  if (before.kernel_seconds && after.kernel_seconds) {
+    r.server_busy =
+        (*after.kernel_seconds - *before.kernel_seconds) / r.seconds;
+  }
+  if (before.batches && after.batches && before.batched_requests &&
+      after.batched_requests && *after.batches > *before.batches) {
+    r.mean_batch = (*after.batched_requests - *before.batched_requests) /
+                   (*after.batches - *before.batches);
+  }
   return r;
 }
 
@@ -505,6 +742,27 @@ std::string JsonEscape(absl::string_view s) {
   return out;
 }
 
+// The kernel-only bound (1 / kernel seconds) and the busy estimate (req/s x
+// kernel seconds); empty when the kernel time is.
+std::optional<double> BoundRps(const PhaseResult& r) {
+  if (!r.kernel_seconds) return std::nullopt;
+  return 1 / *r.kernel_seconds;
+}
+std::optional<double> Busy(const PhaseResult& r) {
+  if (!r.kernel_seconds) return std::nullopt;
+  return r.requests_per_second * *r.kernel_seconds;
+}
+
+// A table cell: v with precision digits, "-" when unknown.
+std::string Cell(std::optional<double> v, int precision) {
+  return v ? absl::StrFormat("%.*f", precision, *v) : "-";
+}
+
+// A JSON number, null when unknown.
+std::string JsonNumber(std::optional<double> v) {
+  return v ? absl::StrFormat("%.6g", *v) : "null";
+}
+
 std::string ToJson(const PhaseResult& r) {
   return absl::StrFormat(
       "{\"op\":\"%s\",\"transport\":\"%s\",\"tensor_bytes\":%d,"
@@ -512,10 +770,15 @@ std::string ToJson(const PhaseResult& r) {
       "\"requests_per_second\":%.2f,\"GBps\":%.4f,"
       "\"latency_ms\":{\"p50\":%.4f,\"p90\":%.4f,\"p99\":%.4f,\"max\":%.4f},"
       "\"vs_echo\":{\"requests_per_second\":%.4f,\"GBps\":%.4f},"
-      "\"first_error\":\"%s\"}",
+      "\"kernel_seconds\":%s,\"bound_rps\":%s,\"busy\":%s,"
+      "\"echo_rps\":%s,\"echo_p50_ms\":%s,\"server_busy\":%s,"
+      "\"mean_batch\":%s,\"first_error\":\"%s\"}",
       r.phase.op, r.phase.transport, r.phase.tensor_bytes, r.phase.concurrency,
       r.requests, r.errors, r.seconds, r.requests_per_second, r.gbps, r.p50_ms,
       r.p90_ms, r.p99_ms, r.max_ms, r.rps_vs_echo, r.gbps_vs_echo,
+      JsonNumber(r.kernel_seconds), JsonNumber(BoundRps(r)),
+      JsonNumber(Busy(r)), JsonNumber(r.echo_rps), JsonNumber(r.echo_p50_ms),
+      JsonNumber(r.server_busy), JsonNumber(r.mean_batch),
       JsonEscape(r.first_error));
 }
 
@@ -636,25 +899,35 @@ int RunServiceBench() {
           r->rps_vs_echo = r->requests_per_second / e.requests_per_second;
           r->gbps_vs_echo = r->gbps / e.gbps;
         }
+        r->echo_rps = e.requests_per_second;
+        r->echo_p50_ms = e.p50_ms;
       }
       results.push_back(*r);
     }
   }
 
-  std::printf("%-10s %-9s %9s %5s %9s %11s %9s %9s %9s %9s %9s %7s %7s %6s\n",
-              "op", "transport", "bytes", "conc", "requests", "req/s", "GB/s",
-              "p50 ms", "p90 ms", "p99 ms", "max ms", "xreq/s", "xGB/s",
-              "errors");
+  std::printf(
+      "%-10s %-9s %9s %5s %9s %11s %9s %9s %9s %9s %9s %7s %7s %6s %10s %11s "
+      "%6s %11s %11s %11s %10s\n",
+      "op", "transport", "bytes", "conc", "requests", "req/s", "GB/s", "p50 ms",
+      "p90 ms", "p99 ms", "max ms", "xreq/s", "xGB/s", "errors", "kernel us",
+      "bound req/s", "busy", "echo req/s", "echo p50 ms", "server busy",
+      "mean batch");
   std::vector<std::string> rows;
   for (const PhaseResult& r : results) {
+    std::optional<double> kernel_us;
+    if (r.kernel_seconds) kernel_us = *r.kernel_seconds * 1e6;
     std::printf(
         "%-10s %-9s %9s %5d %9lld %11.1f %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f "
-        "%7.3f %6lld\n",
+        "%7.3f %6lld %10s %11s %6s %11s %11s %11s %10s\n",
         r.phase.op.c_str(), r.phase.transport.c_str(),
         SizeLabel(r.phase.tensor_bytes).c_str(), r.phase.concurrency,
         static_cast<long long>(r.requests), r.requests_per_second, r.gbps,
         r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms, r.rps_vs_echo, r.gbps_vs_echo,
-        static_cast<long long>(r.errors));
+        static_cast<long long>(r.errors), Cell(kernel_us, 1).c_str(),
+        Cell(BoundRps(r), 1).c_str(), Cell(Busy(r), 3).c_str(),
+        Cell(r.echo_rps, 1).c_str(), Cell(r.echo_p50_ms, 3).c_str(),
+        Cell(r.server_busy, 3).c_str(), Cell(r.mean_batch, 2).c_str());
     rows.push_back(ToJson(r));
   }
   const std::string path = absl::GetFlag(FLAGS_json);

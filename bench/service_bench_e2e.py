@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End to end: `coalesce-bench service` against a real coalesce-server on
-port 0, every op and transport, a few requests each; checks that the JSON
-has every field and no errors (not the speed)."""
+port 0, every op and transport, a few requests each, scraping the server's
+metrics; checks that the JSON has every field and no errors (not the
+speed)."""
 import json
 import os
 import re
@@ -24,12 +25,19 @@ def main():
         if not match:
             print("no listening line: %r" % line)
             return 1
+        metrics_line = server.stdout.readline()
+        metrics = re.search(r"metrics on [^:]+:(\d+)", metrics_line)
+        if not metrics:
+            print("no metrics line: %r" % metrics_line)
+            return 1
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "out.json")
             run = subprocess.run(
                 [bench_bin, "service", "--server=127.0.0.1:" + match.group(1),
                  "--shm_server=unix:" + sock,
-                 "--op=transpose,gelu-ln", "--transport=inline,handle,shm",
+                 "--metrics=127.0.0.1:" + metrics.group(1),
+                 "--op=transpose,gelu-ln",
+                 "--transport=inline,handle,pipeline,shm",
                  "--bytes=16384", "--concurrency=2", "--count=20",
                  "--warmup_s=0", "--json=" + path],
                 capture_output=True, text=True, timeout=120)
@@ -44,7 +52,7 @@ def main():
         phases = {(r["op"], r["transport"]) for r in results}
         want = {("echo", "inline")} | {
             (op, t) for op in ("transpose", "gelu-ln")
-            for t in ("inline", "handle", "shm")}
+            for t in ("inline", "handle", "pipeline", "shm")}
         if phases != want:
             print("phases %s, want %s" % (sorted(phases), sorted(want)))
             return 1
@@ -67,6 +75,32 @@ def main():
                 return 1
             if not r["vs_echo"]["requests_per_second"] > 0:
                 print("no ratio to echo: %s" % r)
+                return 1
+            for key in ("kernel_seconds", "bound_rps", "busy", "echo_rps",
+                        "echo_p50_ms", "server_busy", "mean_batch"):
+                if key not in r:
+                    print("missing %s in %s" % (key, r))
+                    return 1
+            if not (r["echo_rps"] > 0 and r["echo_p50_ms"] > 0):
+                print("no echo floor: %s" % r)
+                return 1
+            # The server's kernel-time counter, scraped around the phase.
+            if r["server_busy"] is None or r["server_busy"] < 0:
+                print("no server busy: %s" % r)
+                return 1
+            if r["op"] == "echo":
+                if r["kernel_seconds"] is not None:
+                    print("echo has a kernel time: %s" % r)
+                    return 1
+                continue
+            k = r["kernel_seconds"]
+            if k is None or not k > 0:
+                print("no kernel time: %s" % r)
+                return 1
+            if abs(r["bound_rps"] * k - 1) > 1e-3 or abs(
+                    r["busy"] - r["requests_per_second"] * k) > 1e-3 * max(
+                        r["busy"], 1e-9):
+                print("bound or busy inconsistent: %s" % r)
                 return 1
         return 0
     finally:

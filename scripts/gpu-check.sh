@@ -32,6 +32,15 @@
 #   service   the service benchmark: coalesce-bench service against a server
 #             here (GELU-LN on device handles, transposes inline, Echo)
 #             and the GELU-LN kernel's own bandwidth at the same shape
+#   requests  the request path: coalesce-bench service over loopback at
+#             concurrency 1, 64 and 256 (64 KiB and 1 KiB transposes:
+#             inline, handle, pipeline), 16 MiB transposes on handles at
+#             64, GELU-LN [16,1024] on handles at 256; each case against
+#             Echo, with the kernel-only bound and the server's GPU-busy
+#             ratio from its /metrics; requests-*.txt/json and the server's
+#             /metrics after each group (REQUESTS_SERVER: another
+#             coalesce-server binary; REQUESTS_TRANSPORTS: the transports;
+#             REQUESTS_DURATION: seconds per phase, default 2)
 #   tune      the selection quality sweep: a server on this GPU, `coalesce tune`
 #             over TUNE_SHAPES (default 200) random shapes per op: heuristic
 #             only (training shapes, seed 7, whose table is shipped); cold,
@@ -232,6 +241,45 @@ if has service; then
       --json="$out/service-kernel-gelu${operands:+-all-operands}.json" \
       2>/dev/null | tail -n 4 || status=1
   done
+fi
+if has requests; then
+  echo "== request path"
+  server_bin=${REQUESTS_SERVER:-$bin/coalesce-server}
+  transports=${REQUESTS_TRANSPORTS:-inline,handle,pipeline}
+  duration=${REQUESTS_DURATION:-2}
+  : >"$out/server.out"
+  "$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+    >"$out/server.out" 2>>"$out/server.log" &
+  server_pid=$!
+  port= mport=
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+    mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+    [ -n "$port" ] && [ -n "$mport" ] && break
+    sleep 0.2
+  done
+  # name op transports bytes concurrency [--shape=...]
+  while read -r name op trs bytes conc shape; do
+    [ -n "$name" ] || continue
+    [ "$trs" = all ] && trs=$transports
+    echo "-- $name: $op $trs ${bytes} B x$conc"
+    "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
+      --metrics="127.0.0.1:$mport" --op="$op" --transport="$trs" \
+      --bytes="$bytes" --concurrency="$conc" --duration_s="$duration" \
+      --warmup_s=0.5 ${shape:+--shape=$shape} \
+      --json="$out/requests-$name.json" 2>/dev/null |
+      tee "$out/requests-$name.txt" || status=1
+    python3 -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+      "http://127.0.0.1:$mport/metrics" >"$out/requests-$name.metrics" || true
+  done <<EOF
+t64k transpose all 65536 1,64,256
+t1k transpose all 1024 1,16,64,256
+t16m transpose handle,pipeline 16777216 64
+ln16 gelu-ln handle,pipeline 65536 256 16,1024
+t128 transpose handle,pipeline 65536 256 128,128
+EOF
+  kill "$server_pid"; wait "$server_pid" 2>/dev/null
 fi
 if has ab; then
   echo "== builds side by side"
