@@ -23,6 +23,9 @@ for name in coalesce-bench coalesce-kernel-gap cuda_conformance_test \
     echo "gpu-bundle: $name not built, left out" >&2
   fi
 done
+# EXTRA_BINS: more executables to carry, by path (a baseline build's server
+# to compare with, say, renamed so that its name is its own).
+for extra in ${EXTRA_BINS:-}; do bins+=("$extra"); done
 # The TLS tests make their certificates with the openssl command.
 if command -v openssl >/dev/null; then bins+=("$(command -v openssl)"); fi
 scripts/bundle-libs.sh gpu-bundle "${bins[@]}"

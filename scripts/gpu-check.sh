@@ -261,7 +261,10 @@ if has requests; then
   # name op transports bytes concurrency [--shape=...]
   while read -r name op trs bytes conc shape; do
     [ -n "$name" ] || continue
-    [ "$trs" = all ] && trs=$transports
+    # The case's transports that REQUESTS_TRANSPORTS allows.
+    trs=$(tr , '\n' <<<"$trs" | grep -xF -f <(tr , '\n' <<<"$transports") |
+      paste -sd, -)
+    [ -n "$trs" ] || continue
     echo "-- $name: $op $trs ${bytes} B x$conc"
     "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
       --metrics="127.0.0.1:$mport" --op="$op" --transport="$trs" \
@@ -273,8 +276,8 @@ if has requests; then
 sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
       "http://127.0.0.1:$mport/metrics" >"$out/requests-$name.metrics" || true
   done <<EOF
-t64k transpose all 65536 1,64,256
-t1k transpose all 1024 1,16,64,256
+t64k transpose inline,handle,pipeline 65536 1,64,256
+t1k transpose inline,handle,pipeline 1024 1,16,64,256
 t16m transpose handle,pipeline 16777216 64
 ln16 gelu-ln handle,pipeline 65536 256 16,1024
 t128 transpose handle,pipeline 65536 256 128,128
