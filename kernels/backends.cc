@@ -25,7 +25,7 @@ absl::StatusOr<BackendChoice> CreateBackend(const BackendOptions& opts) {
   if (opts.device != "cpu") {
 #ifdef COALESCE_WITH_CUDA
     absl::StatusOr<std::unique_ptr<Backend>> cuda =
-        CreateCudaBackend(opts.cuda_device);
+        CreateCudaBackend(opts.cuda_device, opts.cuda_lanes);
     if (cuda.ok()) {
       return BackendChoice{std::move(*cuda),
                            opts.device == "cuda"

@@ -15,6 +15,9 @@ struct BackendOptions {
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // CPU threads; 0 = all cores
   int cuda_device = 0;
+  // CUDA: requests in flight on the device, each on a stream with its own
+  // pinned staging; 0: the backend's default (kDefaultCudaLanes).
+  int cuda_lanes = 0;
 };
 
 struct BackendChoice {

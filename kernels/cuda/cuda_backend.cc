@@ -22,15 +22,11 @@ namespace {
 
 using cuda::Lane;
 
-// Concurrent requests in flight on the device. Four lanes let one request's
-// host-to-device copy, another's kernel and a third's device-to-host copy
-// overlap without oversubscribing the copy engines.
-constexpr int kLanes = 4;
-
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(DeviceInfo info)
+  CudaBackend(DeviceInfo info, int lanes)
       : device_(std::move(info)),
+        lane_count_(lanes),
         lanes_(device_.ordinal),
         resident_(device_.ordinal, &lanes_) {
     RegisterCudaVariants(registry_);
@@ -46,7 +42,7 @@ class CudaBackend final : public Backend {
   absl::Status Init() {
     COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
     COALESCE_RETURN_IF_ERROR(resident_.Init());
-    COALESCE_RETURN_IF_ERROR(lanes_.Init(kLanes));
+    COALESCE_RETURN_IF_ERROR(lanes_.Init(lane_count_));
     COALESCE_ASSIGN_OR_RETURN(
         device_.measured_copy_bandwidth,
         cuda::MeasureCopyPeak(device_, lanes_.first_stream()));
@@ -74,7 +70,7 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status Health() const override { return lanes_.health().Status(); }
-  int concurrency() const override { return kLanes; }
+  int concurrency() const override { return lane_count_; }
 
   absl::StatusOr<int64_t> EnableProfileSampling(double fraction) override {
     return sampling_.Enable(fraction, device_.ordinal, lanes_.health());
@@ -224,6 +220,7 @@ class CudaBackend final : public Backend {
   // Destroyed in reverse: the sampler, the lanes' gates (the lanes
   // themselves go in the destructor), then the variants.
   DeviceInfo device_;
+  const int lane_count_;
   std::vector<DeviceInfo> others_;
   VariantRegistry registry_;
   cuda::LanePool lanes_;
@@ -278,9 +275,15 @@ absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
+                                                           int lanes) {
+  if (lanes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA lanes must be >= 0, not ", lanes));
+  }
   COALESCE_ASSIGN_OR_RETURN(DeviceInfo info, ProbeDevice(device));
-  auto backend = std::make_unique<CudaBackend>(std::move(info));
+  auto backend = std::make_unique<CudaBackend>(
+      std::move(info), lanes > 0 ? lanes : kDefaultCudaLanes);
   int count = 0;
   std::vector<DeviceInfo> others;
   if (cudaGetDeviceCount(&count) == cudaSuccess) {

@@ -13,8 +13,16 @@
 
 namespace coalesce {
 
+// The default number of lanes: concurrent requests in flight on the device.
+// Four let one request's host-to-device copy, another's kernel and a third's
+// device-to-host copy overlap without oversubscribing the copy engines.
+inline constexpr int kDefaultCudaLanes = 4;
+
 // FAILED_PRECONDITION when no CUDA device is visible (the message says why).
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+// lanes: streams with their own pinned staging (2 x 8 MiB each); 0 means
+// kDefaultCudaLanes.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
+                                                           int lanes = 0);
 
 // The one list of CUDA variants (kernels/cuda/register.cc).
 void RegisterCudaVariants(VariantRegistry& registry);
