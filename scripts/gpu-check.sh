@@ -39,8 +39,9 @@
 #             Echo, with the kernel-only bound and the server's GPU-busy
 #             ratio from its /metrics; requests-*.txt/json and the server's
 #             /metrics after each group (REQUESTS_SERVER: another
-#             coalesce-server binary; REQUESTS_TRANSPORTS: the transports;
-#             REQUESTS_DURATION: seconds per phase, default 2)
+#             coalesce-server binary; REQUESTS_FLAGS: its flags;
+#             REQUESTS_TRANSPORTS: the transports; REQUESTS_DURATION:
+#             seconds per phase, default 2)
 #   tune      the selection quality sweep: a server on this GPU, `coalesce tune`
 #             over TUNE_SHAPES (default 200) random shapes per op: heuristic
 #             only (training shapes, seed 7, whose table is shipped); cold,
@@ -248,8 +249,9 @@ if has requests; then
   transports=${REQUESTS_TRANSPORTS:-inline,handle,pipeline}
   duration=${REQUESTS_DURATION:-2}
   : >"$out/server.out"
+  # shellcheck disable=SC2086  # REQUESTS_FLAGS: words
   "$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
-    >"$out/server.out" 2>>"$out/server.log" &
+    ${REQUESTS_FLAGS:-} >"$out/server.out" 2>>"$out/server.log" &
   server_pid=$!
   port= mport=
   for _ in $(seq 1 600); do

@@ -64,7 +64,8 @@ struct ServerConfig {
   // gRPC transport settings, chosen in docs/DATAPATH.md. HTTP/2 streams one
   // connection may carry at once (the bench's --concurrency shares one).
   int max_concurrent_streams = 1024;
-  // Threads the synchronous server may run at once (grpc::ResourceQuota).
+  // Threads the synchronous services (reflection) may run at once
+  // (grpc::ResourceQuota); coalesce.v1 uses the callback API.
   // A request arriving past it fails with RESOURCE_EXHAUSTED, so this is a
   // safety bound, not a tuning knob.
   int max_threads = 1024;

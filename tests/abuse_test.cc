@@ -1692,14 +1692,16 @@ TEST_F(CancellationStormTest, TwoHundredCancelledCallsLeaveTheServerAsItWas) {
         << "download " << slot << ": " << streamed[slot].error_message();
   }
   queue.Shutdown();
-  // Every download reached its handler, and every handler ends once its
-  // call is cut short (the metric counts answered calls).
+  // Every download that got a chunk reached its handler, and every handler
+  // ends once its call is cut short (the metric counts answered calls). A
+  // download whose deadline passed before gRPC handed it to the service
+  // (a loaded machine) never reaches a handler, nor costs one.
   const absl::Time ended = absl::Now() + absl::Seconds(10);
   std::string metrics_after;
   do {
     metrics_after = Scrape(process().metrics_port(), &scrape_seconds);
   } while (SumOf(metrics_after, downloads) - SumOf(metrics_before, downloads) <
-               2 * kEach &&
+               first_chunks.load() &&
            absl::Now() < ended);
   std::fprintf(
       stderr,
@@ -1710,8 +1712,10 @@ TEST_F(CancellationStormTest, TwoHundredCancelledCallsLeaveTheServerAsItWas) {
       first_chunks.load(),
       SumOf(metrics_after, gemms) - SumOf(metrics_before, gemms),
       SumOf(metrics_after, downloads) - SumOf(metrics_before, downloads));
-  EXPECT_EQ(SumOf(metrics_after, downloads) - SumOf(metrics_before, downloads),
-            2 * kEach);
+  const double handled =
+      SumOf(metrics_after, downloads) - SumOf(metrics_before, downloads);
+  EXPECT_GE(handled, first_chunks.load());
+  EXPECT_LE(handled, 2 * kEach);
 
   // What the server still holds for tenant-a is exactly what it lists: the
   // operands, and any output whose op finished before its cancellation

@@ -111,7 +111,8 @@ absl::Status CheckWanted(const grpc::ServerContextBase& context) {
 // before it returns.
 class UploadCanceller {
  public:
-  explicit UploadCanceller(grpc::ServerContext* context) : context_(context) {}
+  explicit UploadCanceller(grpc::ServerContextBase* context)
+      : context_(context) {}
   void Cancel() {
     absl::MutexLock lock(&mu_);
     if (context_ != nullptr) context_->TryCancel();
@@ -123,7 +124,7 @@ class UploadCanceller {
 
  private:
   absl::Mutex mu_;
-  grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_);
+  grpc::ServerContextBase* context_ ABSL_GUARDED_BY(mu_);
 };
 
 // Prefixes a status's message with the field it concerns.
@@ -405,7 +406,7 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
   job.reject = [finish](absl::Status why) mutable { finish(why); };
   // Full: RESOURCE_EXHAUSTED at once, saying so; shutting down:
   // UNAVAILABLE.
-  const absl::Status admitted = scheduler_->Submit(std::move(job));
+  const absl::Status admitted = scheduler_->Dispatch(std::move(job));
   if (!admitted.ok()) finish(admitted);
   return reactor;
 }
@@ -626,128 +627,240 @@ grpc::ServerUnaryReactor* TensorOpsService::Echo(
   }());
 }
 
-grpc::Status TensorOpsService::PutTensor(
-    grpc::ServerContext* context,
-    grpc::ServerReader<v1::PutTensorRequest>* reader,
-    v1::PutTensorResponse* response) {
-  Call call(metrics_, Rpc::kPutTensor);
-  int64_t request_bytes = 0;
-  v1::PutTensorRequest message;
-  // Shared with the store's on_abandon, which may outlive this call.
-  const auto canceller = std::make_shared<UploadCanceller>(context);
-  const absl::Status status = [&]() -> absl::Status {
-    COALESCE_ASSIGN_OR_RETURN(const Caller caller,
-                              auth_->Authenticate(*context));
-    if (!reader->Read(&message)) {
+// PutTensor: the header reserves the tensor, each chunk is copied in as it
+// arrives (its copy to the device runs while the next one is read), and
+// the end of the stream commits it. Reactions of one call never overlap.
+class TensorOpsService::PutTensorReactor final
+    : public grpc::ServerReadReactor<v1::PutTensorRequest> {
+ public:
+  PutTensorReactor(TensorOpsService* service,
+                   grpc::CallbackServerContext* context,
+                   v1::PutTensorResponse* response)
+      : service_(service),
+        context_(context),
+        response_(response),
+        call_(service->metrics_, Rpc::kPutTensor),
+        canceller_(std::make_shared<UploadCanceller>(context)) {
+    absl::StatusOr<Caller> caller = service_->auth_->Authenticate(*context_);
+    if (!caller.ok()) {
+      End(caller.status());
+      return;
+    }
+    caller_ = *std::move(caller);
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed, or the call was cancelled.
+      End(Complete());
+      return;
+    }
+    request_bytes_ += static_cast<int64_t>(message_.ByteSizeLong());
+    const absl::Status status = tensor_ == nullptr ? Begin() : Receive();
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // The header: quota, cap, name and the upload limit are checked before
+  // any chunk is accepted; the declared size stays reserved until the
+  // memory is freed.
+  absl::Status Begin() {
+    COALESCE_ASSIGN_OR_RETURN(header_, framing_.Start(message_));
+    COALESCE_RETURN_IF_ERROR(CheckWanted(*context_));
+    CreateOptions create;
+    create.upload = true;
+    create.on_abandon = [canceller = canceller_] { canceller->Cancel(); };
+    COALESCE_ASSIGN_OR_RETURN(
+        tensor_, service_->tensors_->Create(
+                     caller_.identity, message_.header().name(), header_.dtype,
+                     header_.shape, header_.bytes, std::move(create)));
+    writer_ = service_->tensors_->memory().OpenWriter(tensor_->data.get(),
+                                                      header_.bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status Receive() {
+    COALESCE_RETURN_IF_ERROR(Abandoned());
+    COALESCE_ASSIGN_OR_RETURN(const UploadFraming::Piece piece,
+                              framing_.Next(message_));
+    COALESCE_RETURN_IF_ERROR(
+        service_->tensors_->Touch(caller_.identity, tensor_->handle));
+    const absl::Status copied =
+        writer_->Write(piece.offset, piece.bytes.data(),
+                       static_cast<int64_t>(piece.bytes.size()));
+    if (!copied.ok()) {
+      service_->PublishHealth();  // a device fault makes the server unhealthy
+      return InField(copied, absl::StrCat("chunk: message ", piece.message));
+    }
+    return absl::OkStatus();
+  }
+
+  // The stream ended: every chunk in place before the handle becomes
+  // usable.
+  absl::Status Complete() {
+    if (tensor_ == nullptr) {
+      COALESCE_RETURN_IF_ERROR(CheckWanted(*context_));
       return absl::InvalidArgumentError(
           "header: the stream ended before its first message");
     }
-    request_bytes += static_cast<int64_t>(message.ByteSizeLong());
-    UploadFraming framing;
-    COALESCE_ASSIGN_OR_RETURN(const TensorHeader h, framing.Start(message));
-    COALESCE_RETURN_IF_ERROR(CheckWanted(*context));
-    // Quota, cap, name and the upload limit are checked here, before any
-    // chunk is accepted; the declared size stays reserved until the memory
-    // is freed.
-    CreateOptions create;
-    create.upload = true;
-    create.on_abandon = [canceller] { canceller->Cancel(); };
-    COALESCE_ASSIGN_OR_RETURN(
-        const std::shared_ptr<StoredTensor> t,
-        tensors_->Create(caller.identity, message.header().name(), h.dtype,
-                         h.shape, h.bytes, std::move(create)));
-    const absl::Status received = [&]() -> absl::Status {
-      // A chunk's copy to the device runs while the next one is read; the
-      // writer's destructor waits for any still running before an error
-      // path below deletes the tensor.
-      const std::unique_ptr<ResidentWriter> writer =
-          tensors_->memory().OpenWriter(t->data.get(), h.bytes);
-      while (reader->Read(&message)) {
-        request_bytes += static_cast<int64_t>(message.ByteSizeLong());
-        if (t->abandoned()) break;
-        COALESCE_ASSIGN_OR_RETURN(const UploadFraming::Piece piece,
-                                  framing.Next(message));
-        COALESCE_RETURN_IF_ERROR(tensors_->Touch(caller.identity, t->handle));
-        const absl::Status copied =
-            writer->Write(piece.offset, piece.bytes.data(),
-                          static_cast<int64_t>(piece.bytes.size()));
-        if (!copied.ok()) {
-          PublishHealth();  // a device fault makes the server unhealthy
-          return InField(copied,
-                         absl::StrCat("chunk: message ", piece.message));
-        }
-      }
-      if (t->abandoned()) {
-        return absl::AbortedError(absl::StrCat(
-            "upload of ", Quoted(t->handle),
-            " ended: the tensor was deleted, or no chunk arrived for "
-            "--upload_idle_timeout_s"));
-      }
-      if (context->IsCancelled()) return CheckWanted(*context);
-      COALESCE_RETURN_IF_ERROR(framing.Finish());
-      // Every chunk in place before the handle becomes usable.
-      const absl::Status finished = writer->Finish();
-      if (!finished.ok()) {
-        PublishHealth();
-        return InField(finished,
-                       absl::StrCat("chunk: messages 1 to ", framing.chunks()));
-      }
-      return tensors_->Commit(caller.identity, t->handle);
-    }();
-    if (!received.ok()) {
-      // The handler's own status goes back, not the cancellation that
-      // deleting an upload asks for.
-      canceller->Detach();
-      tensors_->Delete(caller.identity, t->handle).IgnoreError();
-      return received;
+    COALESCE_RETURN_IF_ERROR(Abandoned());
+    COALESCE_RETURN_IF_ERROR(CheckWanted(*context_));
+    COALESCE_RETURN_IF_ERROR(framing_.Finish());
+    const absl::Status finished = writer_->Finish();
+    if (!finished.ok()) {
+      service_->PublishHealth();
+      return InField(finished,
+                     absl::StrCat("chunk: messages 1 to ", framing_.chunks()));
     }
-    FillTensorInfo(ListingOf(*t), response->mutable_tensor());
+    COALESCE_RETURN_IF_ERROR(
+        service_->tensors_->Commit(caller_.identity, tensor_->handle));
+    FillTensorInfo(ListingOf(*tensor_), response_->mutable_tensor());
     return absl::OkStatus();
-  }();
-  canceller->Detach();
-  return call.Finish(
-      status, request_bytes,
-      status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+  }
+
+  absl::Status Abandoned() const {
+    if (!tensor_->abandoned()) return absl::OkStatus();
+    return absl::AbortedError(
+        absl::StrCat("upload of ", Quoted(tensor_->handle),
+                     " ended: the tensor was deleted, or no chunk arrived for "
+                     "--upload_idle_timeout_s"));
+  }
+
+  // Finishes the call once. On an error the upload is freed: the writer
+  // waits for its copies first; the handler's own status goes back, not
+  // the cancellation that deleting an upload asks for.
+  void End(const absl::Status& status) {
+    canceller_->Detach();
+    if (!status.ok() && tensor_ != nullptr) {
+      writer_.reset();
+      service_->tensors_->Delete(caller_.identity, tensor_->handle)
+          .IgnoreError();
+    }
+    writer_.reset();
+    Finish(call_.Finish(
+        status, request_bytes_,
+        status.ok() ? static_cast<int64_t>(response_->ByteSizeLong()) : 0));
+  }
+
+  TensorOpsService* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::PutTensorResponse* const response_;
+  Call call_;
+  // Shared with the store's on_abandon, which may outlive this call.
+  const std::shared_ptr<UploadCanceller> canceller_;
+  Caller caller_;
+  v1::PutTensorRequest message_;
+  int64_t request_bytes_ = 0;
+  UploadFraming framing_;
+  TensorHeader header_;
+  std::shared_ptr<StoredTensor> tensor_;  // null until the header
+  std::unique_ptr<ResidentWriter> writer_;
+};
+
+grpc::ServerReadReactor<v1::PutTensorRequest>* TensorOpsService::PutTensor(
+    grpc::CallbackServerContext* context, v1::PutTensorResponse* response) {
+  return new PutTensorReactor(this, context, response);
 }
 
-grpc::Status TensorOpsService::GetTensor(
-    grpc::ServerContext* context, const v1::GetTensorRequest* request,
-    grpc::ServerWriter<v1::GetTensorResponse>* writer) {
-  Call call(metrics_, Rpc::kGetTensor);
-  int64_t response_bytes = 0;
-  const absl::Status status = [&]() -> absl::Status {
-    COALESCE_ASSIGN_OR_RETURN(const Caller caller,
-                              auth_->Authenticate(*context));
-    COALESCE_ASSIGN_OR_RETURN(
-        const int64_t chunk_bytes,
-        DecodeChunkBytes(request->chunk_bytes(), kDefaultChunkBytes,
-                         config_.max_message_bytes - kChunkMessageOverhead));
-    absl::StatusOr<std::shared_ptr<const StoredTensor>> t =
-        tensors_->Find(caller.identity, request->handle());
-    if (!t.ok()) return InField(t.status(), "handle");
-    const StoredTensor& tensor = **t;
-    v1::GetTensorResponse message;
-    FillTensorInfo(ListingOf(tensor), message.mutable_tensor());
-    for (int64_t offset = 0; offset < tensor.bytes; offset += chunk_bytes) {
-      COALESCE_RETURN_IF_ERROR(CheckWanted(*context));
-      const int64_t size = std::min(chunk_bytes, tensor.bytes - offset);
-      std::string* chunk = message.mutable_chunk();
-      chunk->resize(size);
-      const absl::Status copied = tensors_->memory().CopyOut(
-          tensor.data.get(), tensor.bytes, offset, chunk->data(), size);
-      if (!copied.ok()) {
-        PublishHealth();  // a device fault makes the server unhealthy
-        return InField(copied, "handle");
-      }
-      response_bytes += static_cast<int64_t>(message.ByteSizeLong());
-      if (!writer->Write(message)) {
-        return absl::CancelledError("the client stopped reading");
-      }
-      message.clear_tensor();
+// GetTensor: one chunk is copied out of the tensor and written at a time;
+// the next is copied when the last write is done.
+class TensorOpsService::GetTensorReactor final
+    : public grpc::ServerWriteReactor<v1::GetTensorResponse> {
+ public:
+  GetTensorReactor(TensorOpsService* service,
+                   grpc::CallbackServerContext* context,
+                   const v1::GetTensorRequest* request)
+      : service_(service),
+        context_(context),
+        request_(request),
+        call_(service->metrics_, Rpc::kGetTensor) {
+    const absl::Status status = Begin();
+    if (!status.ok()) {
+      End(status);
+      return;
     }
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("the client stopped reading"));
+      return;
+    }
+    message_.clear_tensor();
+    Next();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Begin() {
+    COALESCE_ASSIGN_OR_RETURN(const Caller caller,
+                              service_->auth_->Authenticate(*context_));
+    COALESCE_ASSIGN_OR_RETURN(
+        chunk_bytes_,
+        DecodeChunkBytes(
+            request_->chunk_bytes(), kDefaultChunkBytes,
+            service_->config_.max_message_bytes - kChunkMessageOverhead));
+    absl::StatusOr<std::shared_ptr<const StoredTensor>> t =
+        service_->tensors_->Find(caller.identity, request_->handle());
+    if (!t.ok()) return InField(t.status(), "handle");
+    tensor_ = *std::move(t);
+    FillTensorInfo(ListingOf(*tensor_), message_.mutable_tensor());
     return absl::OkStatus();
-  }();
-  return call.Finish(status, request->ByteSizeLong(), response_bytes);
+  }
+
+  // Writes the next chunk, or finishes after the last.
+  void Next() {
+    if (offset_ >= tensor_->bytes) {
+      End(absl::OkStatus());
+      return;
+    }
+    if (absl::Status wanted = CheckWanted(*context_); !wanted.ok()) {
+      End(wanted);
+      return;
+    }
+    const int64_t size = std::min(chunk_bytes_, tensor_->bytes - offset_);
+    std::string* chunk = message_.mutable_chunk();
+    chunk->resize(size);
+    const absl::Status copied = service_->tensors_->memory().CopyOut(
+        tensor_->data.get(), tensor_->bytes, offset_, chunk->data(), size);
+    if (!copied.ok()) {
+      service_->PublishHealth();  // a device fault makes the server unhealthy
+      End(InField(copied, "handle"));
+      return;
+    }
+    offset_ += size;
+    response_bytes_ += static_cast<int64_t>(message_.ByteSizeLong());
+    StartWrite(&message_);
+  }
+
+  void End(const absl::Status& status) {
+    Finish(call_.Finish(status, static_cast<int64_t>(request_->ByteSizeLong()),
+                        response_bytes_));
+  }
+
+  TensorOpsService* const service_;
+  grpc::CallbackServerContext* const context_;
+  const v1::GetTensorRequest* const request_;
+  Call call_;
+  int64_t chunk_bytes_ = 0;
+  std::shared_ptr<const StoredTensor> tensor_;
+  v1::GetTensorResponse message_;
+  int64_t offset_ = 0;
+  int64_t response_bytes_ = 0;
+};
+
+grpc::ServerWriteReactor<v1::GetTensorResponse>* TensorOpsService::GetTensor(
+    grpc::CallbackServerContext* context, const v1::GetTensorRequest* request) {
+  return new GetTensorReactor(this, context, request);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::DeleteTensor(

@@ -33,29 +33,13 @@
 
 namespace coalesce {
 
-// The unary RPCs use gRPC's callback API, so that no thread waits inside a
-// handler: an op is authenticated and decoded on gRPC's thread, then waits
-// its turn in the device's Scheduler and runs on one of its threads, which
-// finishes the call; the other unary RPCs answer at once. PutTensor and
-// GetTensor stream on gRPC's synchronous threads.
-// clang-format off
-using TensorOpsServiceBase =
-    v1::TensorOps::WithCallbackMethod_Transpose<
-    v1::TensorOps::WithCallbackMethod_Gemm<
-    v1::TensorOps::WithCallbackMethod_ConvertLayout<
-    v1::TensorOps::WithCallbackMethod_GeluLayerNorm<
-    v1::TensorOps::WithCallbackMethod_GetServerInfo<
-    v1::TensorOps::WithCallbackMethod_ExplainSelection<
-    v1::TensorOps::WithCallbackMethod_Echo<
-    v1::TensorOps::WithCallbackMethod_DeleteTensor<
-    v1::TensorOps::WithCallbackMethod_ListTensors<
-    v1::TensorOps::WithCallbackMethod_RegisterSharedMemory<
-    v1::TensorOps::WithCallbackMethod_UnregisterSharedMemory<
-    v1::TensorOps::WithCallbackMethod_ListSharedMemory<
-    v1::TensorOps::Service>>>>>>>>>>>>;
-// clang-format on
-
-class TensorOpsService final : public TensorOpsServiceBase {
+// Every RPC uses gRPC's callback API, so that no thread waits for a
+// request: an op is authenticated and decoded on gRPC's thread, then runs
+// there at once when the device has a free runner, or waits its turn in
+// the device's Scheduler and runs on one of its threads; whichever runs it
+// finishes the call. PutTensor and GetTensor are reactors that copy one
+// chunk per message; the other RPCs answer at once.
+class TensorOpsService final : public v1::TensorOps::CallbackService {
  public:
   // backend, metrics, selector, tensors, shared_memory, auth and scheduler
   // are not owned and must outlive the service. auth decides who each call
@@ -104,12 +88,12 @@ class TensorOpsService final : public TensorOpsServiceBase {
   grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context,
                                  const v1::EchoRequest* request,
                                  v1::EchoResponse* response) override;
-  grpc::Status PutTensor(grpc::ServerContext* context,
-                         grpc::ServerReader<v1::PutTensorRequest>* reader,
-                         v1::PutTensorResponse* response) override;
-  grpc::Status GetTensor(
-      grpc::ServerContext* context, const v1::GetTensorRequest* request,
-      grpc::ServerWriter<v1::GetTensorResponse>* writer) override;
+  grpc::ServerReadReactor<v1::PutTensorRequest>* PutTensor(
+      grpc::CallbackServerContext* context,
+      v1::PutTensorResponse* response) override;
+  grpc::ServerWriteReactor<v1::GetTensorResponse>* GetTensor(
+      grpc::CallbackServerContext* context,
+      const v1::GetTensorRequest* request) override;
   grpc::ServerUnaryReactor* DeleteTensor(
       grpc::CallbackServerContext* context,
       const v1::DeleteTensorRequest* request,
@@ -139,6 +123,9 @@ class TensorOpsService final : public TensorOpsServiceBase {
   class Call;
   // An op call between its handler and its Finish (service.cc).
   struct OpState;
+  // The streams, one object per call (service.cc).
+  class PutTensorReactor;
+  class GetTensorReactor;
   // Where an op writes: its response's output tensors (null for one not
   // asked for) and report (null unless asked for).
   struct OpSlots {
