@@ -8,10 +8,8 @@
 namespace coalesce {
 
 Scheduler::Scheduler(std::string name, SchedulerOptions options)
-    : name_(std::move(name)),
-      options_(options),
-      max_in_flight_(std::max(options.max_in_flight, 1)) {
-  const int threads = static_cast<int>(max_in_flight_);
+    : name_(std::move(name)), options_(options) {
+  const int threads = std::max(options_.max_in_flight, 1);
   absl::MutexLock lock(&mu_);
   workers_.reserve(threads);
   for (int i = 0; i < threads; ++i) {
@@ -53,22 +51,6 @@ absl::Status Scheduler::Submit(Job job) {
   ++queued_;
   queued_bytes_ += job.bytes;
   queue.push_back(Waiting{std::move(job), std::chrono::steady_clock::now()});
-  return absl::OkStatus();
-}
-
-absl::Status Scheduler::Dispatch(Job job) {
-  bool now = false;
-  {
-    absl::MutexLock lock(&mu_);
-    now = !draining_ && turns_.empty() && in_flight_ < max_in_flight_ &&
-          job.run && job.reject && job.bytes >= 0;
-    if (now) ++in_flight_;
-  }
-  // Busy, draining or malformed: Submit queues it or says why not.
-  if (!now) return Submit(std::move(job));
-  Start(Waiting{std::move(job), std::chrono::steady_clock::now()});
-  absl::MutexLock lock(&mu_);
-  --in_flight_;
   return absl::OkStatus();
 }
 
@@ -141,8 +123,6 @@ void Scheduler::Drain(absl::Time deadline) {
   }
   for (std::thread& worker : workers) worker.join();
   absl::MutexLock lock(&mu_);
-  // Jobs Dispatch runs on their callers' threads too.
-  mu_.Await(absl::Condition(this, &Scheduler::NothingRuns));
   joined_ = true;
 }
 

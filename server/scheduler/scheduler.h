@@ -79,12 +79,6 @@ class Scheduler {
   // INVALID_ARGUMENT when run or reject is empty or bytes < 0.
   absl::Status Submit(Job job);
 
-  // Submit, except that when fewer than max_in_flight jobs run and none
-  // waits, the job runs (or, cancelled, is rejected) on the calling thread
-  // before Dispatch returns OK: an idle device costs no hand-off to another
-  // thread. It counts as in flight like any other.
-  absl::Status Dispatch(Job job);
-
   // Stops admitting; lets waiting jobs start (in fairness order) until
   // `deadline`; then rejects every job still waiting with CANCELLED; then
   // waits for running jobs to return (they watch their own cancellation).
@@ -113,22 +107,16 @@ class Scheduler {
   // The next job in round-robin order over identities; turns_ not empty.
   Waiting PopNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // A worker may take a job (jobs Dispatch runs on callers count against
-  // max_in_flight too), or must exit.
   bool WorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return (!turns_.empty() && in_flight_ < max_in_flight_) || stopping_;
+    return !turns_.empty() || stopping_;
   }
   bool NothingWaits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return turns_.empty();
   }
   bool Joined() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return joined_; }
-  bool NothingRuns() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return in_flight_ == 0;
-  }
 
   const std::string name_;
   const SchedulerOptions options_;
-  const int64_t max_in_flight_;
 
   mutable absl::Mutex mu_;
   // One FIFO per identity that has jobs waiting (no empty queues kept).

@@ -122,11 +122,7 @@ TEST(SchedulerTest, ManySubmittersEveryJobRunsOnceWithItsOwnPayload) {
           in_flight.fetch_sub(1);
         };
         job.reject = [&](absl::Status) { rejects.fetch_add(1); };
-        // Half the submitters Dispatch: jobs on their own threads count
-        // against max_in_flight like the workers'.
-        ASSERT_TRUE((t % 2 == 0 ? scheduler->Dispatch(std::move(job))
-                                : scheduler->Submit(std::move(job)))
-                        .ok());
+        ASSERT_TRUE(scheduler->Submit(std::move(job)).ok());
         if (j % 64 == 0) {
           EXPECT_LE(scheduler->stats().in_flight, kMaxInFlight);
         }
@@ -148,62 +144,6 @@ TEST(SchedulerTest, ManySubmittersEveryJobRunsOnceWithItsOwnPayload) {
   EXPECT_EQ(stats.queued_bytes, 0);
   EXPECT_EQ(stats.in_flight, 0);
   EXPECT_EQ(stats.identities_waiting, 0);
-}
-
-TEST(SchedulerTest, DispatchRunsOnTheCallerOnlyWhenARunnerIsFree) {
-  SchedulerOptions options;
-  options.max_in_flight = 1;
-  Scheduler scheduler("cuda:0", options);
-  const std::thread::id caller = std::this_thread::get_id();
-
-  // Idle: runs here, before Dispatch returns.
-  std::thread::id ran_on;
-  bool ran = false;
-  ASSERT_TRUE(scheduler
-                  .Dispatch(RunOnly("a", 10,
-                                    [&](double) {
-                                      ran_on = std::this_thread::get_id();
-                                      ran = true;
-                                    }))
-                  .ok());
-  EXPECT_TRUE(ran);
-  EXPECT_EQ(ran_on, caller);
-  EXPECT_EQ(scheduler.stats().in_flight, 0);
-
-  // A cancelled job is rejected here too, and never runs.
-  Job cancelled = RunOnly("a", 0, [](double) { ADD_FAILURE() << "ran"; });
-  cancelled.cancelled = [] { return true; };
-  absl::Status why;
-  cancelled.reject = [&](absl::Status s) { why = s; };
-  ASSERT_TRUE(scheduler.Dispatch(std::move(cancelled)).ok());
-  EXPECT_EQ(why.code(), absl::StatusCode::kCancelled) << why;
-
-  // The one runner busy: queued, and run by a worker once it is free.
-  {
-    Blocker blocker(scheduler, 1);
-    absl::Notification done;
-    ASSERT_TRUE(scheduler
-                    .Dispatch(RunOnly("b", 10,
-                                      [&](double) {
-                                        ran_on = std::this_thread::get_id();
-                                        done.Notify();
-                                      }))
-                    .ok());
-    EXPECT_FALSE(done.HasBeenNotified());
-    EXPECT_EQ(scheduler.stats().queued, 1);
-    blocker.Release();
-    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
-    EXPECT_NE(ran_on, caller);
-  }
-
-  // Errors are Submit's.
-  Job no_run;
-  no_run.reject = [](absl::Status) {};
-  EXPECT_EQ(scheduler.Dispatch(std::move(no_run)).code(),
-            absl::StatusCode::kInvalidArgument);
-  scheduler.Drain(absl::Now() + absl::Seconds(60));
-  EXPECT_EQ(scheduler.Dispatch(RunOnly("a", 0, [](double) {})).code(),
-            absl::StatusCode::kUnavailable);
 }
 
 TEST(SchedulerTest, CancelledBeforeLaunchIsRejectedAndNeverRuns) {

@@ -406,7 +406,7 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
   job.reject = [finish](absl::Status why) mutable { finish(why); };
   // Full: RESOURCE_EXHAUSTED at once, saying so; shutting down:
   // UNAVAILABLE.
-  const absl::Status admitted = scheduler_->Dispatch(std::move(job));
+  const absl::Status admitted = scheduler_->Submit(std::move(job));
   if (!admitted.ok()) finish(admitted);
   return reactor;
 }

@@ -34,11 +34,11 @@
 namespace coalesce {
 
 // Every RPC uses gRPC's callback API, so that no thread waits for a
-// request: an op is authenticated and decoded on gRPC's thread, then runs
-// there at once when the device has a free runner, or waits its turn in
-// the device's Scheduler and runs on one of its threads; whichever runs it
-// finishes the call. PutTensor and GetTensor are reactors that copy one
-// chunk per message; the other RPCs answer at once.
+// request: an op is authenticated and decoded on gRPC's thread, then waits
+// its turn in the device's Scheduler and runs on one of its threads, which
+// finishes the call (gRPC's thread returns at once: held for the op, it
+// delays gRPC's own work). PutTensor and GetTensor are reactors that copy
+// one chunk per message; the other RPCs answer at once.
 class TensorOpsService final : public v1::TensorOps::CallbackService {
  public:
   // backend, metrics, selector, tensors, shared_memory, auth and scheduler
