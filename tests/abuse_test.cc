@@ -233,12 +233,15 @@ class Servers : public ::testing::Environment {
     ASSERT_TRUE((*client)->GetTensor(put->handle()).ok());
     ASSERT_TRUE((*client)->DeleteTensor(put->handle()).ok());
     // Every op once: a GPU server loads each op's kernels (and the GEMM
-    // library's) on first use.
-    v1::GemmRequest gemm;
-    *gemm.mutable_a() = Inline({16, 16}, 0x3c);
-    *gemm.mutable_b() = Inline({16, 16}, 0x3d);
-    *gemm.mutable_c() = Inline({16, 16}, 0x3e);
-    ASSERT_TRUE((*client)->Gemm(gemm).ok());
+    // library's) on first use; GEMMs at the two sizes the tests use, which
+    // a GPU serves with different variants.
+    for (const int64_t side : {16, 1024}) {
+      v1::GemmRequest gemm;
+      *gemm.mutable_a() = Inline({side, side}, 0x3c);
+      *gemm.mutable_b() = Inline({side, side}, 0x3d);
+      *gemm.mutable_c() = Inline({side, side}, 0x3e);
+      ASSERT_TRUE((*client)->Gemm(gemm).ok());
+    }
     v1::ConvertLayoutRequest layout;
     *layout.mutable_input() = Inline({16, 16}, 0x3f);
     layout.mutable_permutation()->add_perm(1);
