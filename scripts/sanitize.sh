@@ -169,12 +169,12 @@ if [ "$mode" = tsan ] || [ "$mode" = all ]; then
   # otherwise count as accesses racing with ours. What stays checked: every
   # access in our code, with absl::Mutex visible through
   # scripts/sanitizers/tsan_absl_mutex.cc (see also the generated protobuf
-  # code in the top-level CMakeLists.txt). That leaves nothing to suppress;
-  # a suppression file would take only reports with every frame inside
-  # those libraries, never one with a frame of ours.
+  # code in the top-level CMakeLists.txt). What is left to suppress is
+  # gRPC's own inline callback code (scripts/sanitizers/tsan.supp says
+  # what and why).
   # exitcode 66: a test with a report fails even when it passed.
   # handle_sigbus=0: as for asan.
-  export TSAN_OPTIONS="ignore_noninstrumented_modules=1:halt_on_error=0:exitcode=66:second_deadlock_stack=1:handle_sigbus=0:log_path=$reports"
+  export TSAN_OPTIONS="ignore_noninstrumented_modules=1:halt_on_error=0:exitcode=66:second_deadlock_stack=1:handle_sigbus=0:suppressions=$supp/tsan.supp:log_path=$reports"
   # metrics_prometheus_dashboard drives traffic for a fixed time and needs
   # several rounds of it for its rates; TSan's slowdown leaves one (it runs
   # in the asan build).
