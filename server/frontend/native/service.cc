@@ -377,7 +377,11 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
   auto state = std::make_shared<OpState>(metrics_, rpc);
   const auto finish = [state, reactor, request,
                        response](const absl::Status& status) {
-    reactor->Finish(state->call.Finish(status, *request, *response));
+    grpc::Status answer = state->call.Finish(status, *request, *response);
+    // The stored tensors and regions the request held are let go before
+    // the client can see the answer (and, say, delete one and list).
+    state->d = DecodedRequest();
+    reactor->Finish(std::move(answer));
   };
   absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   if (!caller.ok()) {
@@ -738,12 +742,14 @@ class TensorOpsService::PutTensorReactor final
   // the cancellation that deleting an upload asks for.
   void End(const absl::Status& status) {
     canceller_->Detach();
+    writer_.reset();
     if (!status.ok() && tensor_ != nullptr) {
-      writer_.reset();
       service_->tensors_->Delete(caller_.identity, tensor_->handle)
           .IgnoreError();
     }
-    writer_.reset();
+    // The store frees an upload's bytes (and stops charging them) when the
+    // last reference goes: ours goes before the client sees the answer.
+    tensor_.reset();
     Finish(call_.Finish(
         status, request_bytes_,
         status.ok() ? static_cast<int64_t>(response_->ByteSizeLong()) : 0));
@@ -843,6 +849,7 @@ class TensorOpsService::GetTensorReactor final
   }
 
   void End(const absl::Status& status) {
+    tensor_.reset();  // as PutTensor's: let go before the client can see
     Finish(call_.Finish(status, static_cast<int64_t>(request_->ByteSizeLong()),
                         response_bytes_));
   }
