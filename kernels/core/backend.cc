@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/core/stacking.h"
 
 namespace coalesce {
 
@@ -59,6 +61,68 @@ std::unique_ptr<ResidentWriter> Backend::OpenResidentWriter(
                                        int64_t bytes) {
         return CopyToResident(resident, resident_bytes, offset, src, bytes);
       });
+}
+
+absl::Status Backend::ExecuteStacked(const KernelVariant& v,
+                                     const Problem& merged,
+                                     absl::Span<const Problem> parts,
+                                     absl::Span<const Operands> operands,
+                                     RunResult* result) {
+  if (!resident_is_host_addressable()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", BackendName(kind()), " backend cannot run stacked problems"));
+  }
+  const std::optional<StackInfo> info = StackInfoOf(merged);
+  if (!info.has_value() || parts.empty() || parts.size() != operands.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot stack ", parts.size(), " parts with ",
+                     operands.size(), " operand sets into ", Describe(merged)));
+  }
+  const OperandSizes merged_sizes = OperandBytes(merged);
+  std::vector<OperandSizes> sizes;
+  sizes.reserve(parts.size());
+  for (const Problem& p : parts) sizes.push_back(OperandBytes(p));
+  // Every space is host-addressable here: stacked operands are gathered
+  // into, and outputs scattered from, one host buffer each.
+  std::vector<std::shared_ptr<void>> scratch;
+  Operands all;
+  for (size_t i = 0; i < merged_sizes.inputs.size(); ++i) {
+    if (!info->input_stacked[i] || merged_sizes.inputs[i] == 0) {
+      all.inputs.push_back(info->input_stacked[i] ? nullptr
+                                                  : operands[0].inputs[i]);
+      continue;
+    }
+    COALESCE_ASSIGN_OR_RETURN(
+        std::shared_ptr<void> buf,
+        Backend::AllocateResident(merged_sizes.inputs[i]));
+    char* at = static_cast<char*>(buf.get());
+    for (size_t j = 0; j < parts.size(); ++j) {
+      if (sizes[j].inputs[i] > 0) {
+        std::memcpy(at, operands[j].inputs[i], sizes[j].inputs[i]);
+      }
+      at += sizes[j].inputs[i];
+    }
+    all.inputs.push_back(buf.get());
+    scratch.push_back(std::move(buf));
+  }
+  for (size_t i = 0; i < merged_sizes.outputs.size(); ++i) {
+    COALESCE_ASSIGN_OR_RETURN(
+        std::shared_ptr<void> buf,
+        Backend::AllocateResident(merged_sizes.outputs[i]));
+    all.outputs.push_back(merged_sizes.outputs[i] > 0 ? buf.get() : nullptr);
+    scratch.push_back(std::move(buf));
+  }
+  COALESCE_RETURN_IF_ERROR(Execute(v, merged, all, result));
+  for (size_t i = 0; i < merged_sizes.outputs.size(); ++i) {
+    const char* at = static_cast<const char*>(all.outputs[i]);
+    for (size_t j = 0; j < parts.size(); ++j) {
+      if (sizes[j].outputs[i] > 0 && operands[j].outputs[i] != nullptr) {
+        std::memcpy(operands[j].outputs[i], at, sizes[j].outputs[i]);
+      }
+      at += sizes[j].outputs[i];
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Resident allocations from this size on are mapped pages of their own.

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "kernels/core/device_info.h"
 #include "kernels/core/registry.h"
 #include "kernels/core/variant.h"
@@ -139,6 +140,20 @@ class Backend {
   // resident copies and to any later Execute.
   virtual absl::Status Execute(const KernelVariant& v, const Problem& p,
                                const Operands& operands, RunResult* result) = 0;
+  // Runs v once on `merged`, the problems of `parts` stacked along their
+  // leading dimension (stacking.h: merged == Stacked(parts); v can
+  // implement it): part j's stacked inputs come from operands[j], every
+  // shared input from operands[0] (the caller made sure the parts' shared
+  // inputs are equal), and part j's outputs go to operands[j]. Spaces may
+  // differ between parts and operands. One RunResult for the one launch.
+  // The default gathers the stacked inputs into host memory, runs Execute
+  // on merged and scatters the outputs: right where resident memory is
+  // host memory; elsewhere UNIMPLEMENTED.
+  virtual absl::Status ExecuteStacked(const KernelVariant& v,
+                                      const Problem& merged,
+                                      absl::Span<const Problem> parts,
+                                      absl::Span<const Operands> operands,
+                                      RunResult* result);
 
   // Resident memory: the backend's own memory space, for tensors that
   // outlive a request (the server's handles). The default, right for the
