@@ -2,14 +2,18 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "base/status_macros.h"
+#include "kernels/core/stacking.h"
 #include "kernels/cuda/profiling/sampled_launch.h"
+#include "kernels/cuda/runtime/batch_copy.h"
 #include "kernels/cuda/runtime/benchmark.h"
 #include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/device_buffers.h"
@@ -21,6 +25,152 @@ namespace coalesce {
 namespace {
 
 using cuda::Lane;
+
+// Staging fills place each region at a multiple of 16 bytes, so that the
+// bounce buffer's slices start 16-byte aligned for BatchCopy's vectors.
+constexpr size_t kFillAlignment = 16;
+size_t AlignFill(size_t n) {
+  return (n + kFillAlignment - 1) / kFillAlignment * kFillAlignment;
+}
+
+// One part's slice of a merged operand that lives in host memory.
+struct HostSlice {
+  char* merged;    // its place in the merged device buffer
+  const void* in;  // an input's bytes
+  void* out;       // an output's destination
+  size_t bytes;
+};
+
+// Host bytes moved through one fill of a lane's pinned staging buffer:
+// pieces packed into it by memcpy, and regions (each a contiguous device
+// range) moved to or from it by one cudaMemcpyAsync each.
+struct StagingFill {
+  struct Piece {
+    size_t offset;  // in the staging buffer
+    const void* in;
+    void* out;
+    size_t bytes;
+  };
+  struct Region {
+    void* device;
+    size_t offset;
+    size_t bytes;
+  };
+  std::vector<Piece> pieces;
+  std::vector<Region> regions;
+  size_t bytes = 0;  // the staging buffer's bytes taken so far
+};
+
+// Adds to fill the host slices of merged operands (one list per operand, in
+// merged order). An operand whose host slices lie back to back in its
+// merged buffer is one region; the slices of the others share a bounce
+// buffer (allocated from bufs), one region, each slice a BatchCopy segment
+// between it and the merged buffer (bounce to merged when to_device, else
+// merged to bounce): one copy per operand at most instead of one per part.
+// false, with nothing added, when they do not fit the staging buffer.
+absl::StatusOr<bool> PlanFill(absl::Span<const std::vector<HostSlice>> host,
+                              bool to_device, cuda::DeviceBuffers& bufs,
+                              StagingFill& fill,
+                              std::vector<cuda::CopySegment>& segments) {
+  // Sizes first: nothing is allocated for a plan that does not fit.
+  size_t direct = 0, bounced = 0;
+  std::vector<bool> contiguous(host.size(), false);
+  for (size_t o = 0; o < host.size(); ++o) {
+    const std::vector<HostSlice>& slices = host[o];
+    if (slices.empty()) continue;
+    size_t sum = 0;
+    for (const HostSlice& s : slices) sum += s.bytes;
+    const size_t span = static_cast<size_t>(
+        slices.back().merged + slices.back().bytes - slices.front().merged);
+    contiguous[o] = span == sum;
+    if (contiguous[o]) {
+      direct += AlignFill(sum);
+    } else {
+      for (const HostSlice& s : slices) bounced += AlignFill(s.bytes);
+    }
+  }
+  if (fill.bytes + direct + bounced > cuda::kStagingChunkBytes) return false;
+  char* bounce = nullptr;
+  if (bounced > 0) {
+    COALESCE_ASSIGN_OR_RETURN(void* b,
+                              bufs.Alloc(static_cast<int64_t>(bounced)));
+    bounce = static_cast<char*>(b);
+  }
+  const size_t bounce_offset = fill.bytes + direct;
+  size_t in_bounce = 0;
+  for (size_t o = 0; o < host.size(); ++o) {
+    const std::vector<HostSlice>& slices = host[o];
+    if (slices.empty()) continue;
+    if (!contiguous[o]) {
+      for (const HostSlice& s : slices) {
+        fill.pieces.push_back(
+            {bounce_offset + in_bounce, s.in, s.out, s.bytes});
+        char* b = bounce + in_bounce;
+        const auto n = static_cast<int64_t>(s.bytes);
+        segments.push_back(to_device ? cuda::CopySegment{b, s.merged, n}
+                                     : cuda::CopySegment{s.merged, b, n});
+        in_bounce += AlignFill(s.bytes);
+      }
+      continue;
+    }
+    size_t within = 0;
+    for (const HostSlice& s : slices) {
+      fill.pieces.push_back({fill.bytes + within, s.in, s.out, s.bytes});
+      within += s.bytes;
+    }
+    fill.regions.push_back({slices.front().merged, fill.bytes, within});
+    fill.bytes += AlignFill(within);
+  }
+  if (bounced > 0) {
+    fill.regions.push_back({bounce, fill.bytes, bounced});
+    fill.bytes += bounced;
+  }
+  return true;
+}
+
+// The operand sizes of each part, once Backend::ExecuteStacked's contract
+// is checked: one operand set per part, every part an op of merged's
+// operand count, and the parts' stacked sizes adding up to merged's (the
+// shared ones equal to it), so that no copy runs past a buffer.
+absl::StatusOr<std::vector<OperandSizes>> StackedSizes(
+    const Problem& merged, const StackInfo& info,
+    absl::Span<const Problem> parts, absl::Span<const Operands> operands) {
+  const auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot stack ", parts.size(), " parts with ", operands.size(),
+        " operand sets into ", Describe(merged), ": ", why));
+  };
+  if (parts.empty() || parts.size() != operands.size()) {
+    return invalid("one operand set per part, at least one part");
+  }
+  const OperandSizes m = OperandBytes(merged);
+  std::vector<OperandSizes> sizes;
+  sizes.reserve(parts.size());
+  for (size_t j = 0; j < parts.size(); ++j) {
+    sizes.push_back(OperandBytes(parts[j]));
+    if (sizes[j].inputs.size() != m.inputs.size() ||
+        sizes[j].outputs.size() != m.outputs.size() ||
+        operands[j].inputs.size() < m.inputs.size() ||
+        operands[j].outputs.size() < m.outputs.size()) {
+      return invalid(absl::StrCat("part ", j, " has other operands"));
+    }
+  }
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    int64_t total = 0;
+    for (const OperandSizes& s : sizes) total += s.inputs[i];
+    if ((info.input_stacked[i] ? total : sizes[0].inputs[i]) != m.inputs[i]) {
+      return invalid(absl::StrCat("input ", i, "'s sizes do not add up"));
+    }
+  }
+  for (size_t o = 0; o < m.outputs.size(); ++o) {
+    int64_t total = 0;
+    for (const OperandSizes& s : sizes) total += s.outputs[o];
+    if (total != m.outputs[o]) {
+      return invalid(absl::StrCat("output ", o, "'s sizes do not add up"));
+    }
+  }
+  return sizes;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -82,6 +232,28 @@ class CudaBackend final : public Backend {
       absl::Status s = ExecuteOnLane(l, v, p, operands, result);
       // A failed call may leave work queued that writes resident outputs,
       // which the caller frees (on another stream) once this returns.
+      if (!s.ok()) cudaStreamSynchronize(l.stream);
+      return s;
+    });
+  }
+
+  absl::Status ExecuteStacked(const KernelVariant& v, const Problem& merged,
+                              absl::Span<const Problem> parts,
+                              absl::Span<const Operands> operands,
+                              RunResult* result) override {
+    const std::optional<StackInfo> info = StackInfoOf(merged);
+    if (!info.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot stack ", parts.size(), " parts into ",
+                       Describe(merged), ": it does not stack"));
+    }
+    COALESCE_ASSIGN_OR_RETURN(std::vector<OperandSizes> sizes,
+                              StackedSizes(merged, *info, parts, operands));
+    // One part is merged itself: its resident operands serve in place.
+    if (parts.size() == 1) return Execute(v, merged, operands[0], result);
+    return lanes_.OnLane([&](Lane& l) {
+      absl::Status s =
+          ExecuteStackedOnLane(l, v, merged, *info, sizes, operands, result);
       if (!s.ok()) cudaStreamSynchronize(l.stream);
       return s;
     });
@@ -191,6 +363,14 @@ class CudaBackend final : public Backend {
     }
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.d2h_stop, l.stream));
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.d2h_stop));
+    return FillResult(l, ctx, counters, std::move(sample_error), result);
+  }
+
+  // The lane's events (d2h_stop reached) and the launch, into result.
+  static absl::Status FillResult(
+      Lane& l, const ExecContext& ctx,
+      const std::optional<cuda::RangeCounters>& counters,
+      absl::Status sample_error, RunResult* result) {
     if (result != nullptr) {
       float h2d = 0, kern = 0, d2h = 0;
       COALESCE_CUDA_RETURN_IF_ERROR(
@@ -215,6 +395,177 @@ class CudaBackend final : public Backend {
       }
     }
     return absl::OkStatus();
+  }
+
+  // One launch over the parts laid end to end, in a number of CUDA calls
+  // that does not grow with the parts: a merged device buffer per stacked
+  // input and per output; the host slices of all of them packed into one
+  // staging fill (a cudaMemcpyAsync per operand, or per bounce buffer), the
+  // resident ones gathered, and outputs scattered, by one BatchCopy each.
+  // When the host bytes exceed one staging buffer, each slice is staged on
+  // its own (StageIn, StageOut). Shared inputs come from operands[0].
+  absl::Status ExecuteStackedOnLane(Lane& l, const KernelVariant& v,
+                                    const Problem& merged,
+                                    const StackInfo& info,
+                                    absl::Span<const OperandSizes> sizes,
+                                    absl::Span<const Operands> operands,
+                                    RunResult* result) {
+    const OperandSizes msizes = OperandBytes(merged);
+    cuda::DeviceBuffers bufs{l.stream, {}};
+    Operands dev;
+    // Host slices that did not fit the staging fill: staged one by one.
+    struct Staged {
+      void* device;
+      const void* in;
+      void* out;
+      size_t bytes;
+    };
+    std::vector<Staged> stage_in, stage_out;
+    StagingFill in_fill, out_fill;
+    std::vector<cuda::CopySegment> gather, scatter;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.h2d_start, l.stream));
+
+    // Stacked inputs, the point of the batch, get the staging fill first.
+    std::vector<std::vector<HostSlice>> host_in(msizes.inputs.size());
+    for (size_t i = 0; i < msizes.inputs.size(); ++i) {
+      if (!info.input_stacked[i]) {
+        dev.inputs.push_back(nullptr);  // shared: below
+        continue;
+      }
+      COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(msizes.inputs[i]));
+      dev.inputs.push_back(d);
+      char* at = static_cast<char*>(d);
+      for (size_t j = 0; j < sizes.size(); ++j) {
+        const int64_t n = sizes[j].inputs[i];
+        if (n > 0) {
+          if (operands[j].input_space(i) == MemorySpace::kResident) {
+            gather.push_back({operands[j].inputs[i], at, n});
+          } else {
+            host_in[i].push_back(
+                {at, operands[j].inputs[i], nullptr, static_cast<size_t>(n)});
+          }
+        }
+        at += n;
+      }
+    }
+    COALESCE_ASSIGN_OR_RETURN(
+        const bool inputs_fit,
+        PlanFill(host_in, /*to_device=*/true, bufs, in_fill, gather));
+    if (!inputs_fit) {
+      for (const std::vector<HostSlice>& slices : host_in) {
+        for (const HostSlice& s : slices) {
+          stage_in.push_back({s.merged, s.in, nullptr, s.bytes});
+        }
+      }
+    }
+    for (size_t i = 0; i < msizes.inputs.size(); ++i) {
+      const int64_t n = msizes.inputs[i];
+      if (info.input_stacked[i] || n == 0) continue;
+      if (operands[0].input_space(i) == MemorySpace::kResident) {
+        dev.inputs[i] = operands[0].inputs[i];
+        continue;
+      }
+      COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(n));
+      dev.inputs[i] = d;
+      const std::vector<HostSlice> shared = {{static_cast<char*>(d),
+                                              operands[0].inputs[i], nullptr,
+                                              static_cast<size_t>(n)}};
+      COALESCE_ASSIGN_OR_RETURN(
+          const bool fits, PlanFill(absl::MakeConstSpan(&shared, 1),
+                                    /*to_device=*/true, bufs, in_fill, gather));
+      if (!fits) {
+        stage_in.push_back(
+            {d, operands[0].inputs[i], nullptr, static_cast<size_t>(n)});
+      }
+    }
+
+    // Outputs: merged buffers, sliced back to the parts that want them.
+    std::vector<std::vector<HostSlice>> host_out(msizes.outputs.size());
+    for (size_t o = 0; o < msizes.outputs.size(); ++o) {
+      COALESCE_ASSIGN_OR_RETURN(void* d, bufs.Alloc(msizes.outputs[o]));
+      dev.outputs.push_back(d);
+      char* at = static_cast<char*>(d);
+      for (size_t j = 0; j < sizes.size(); ++j) {
+        const int64_t n = sizes[j].outputs[o];
+        void* dst = operands[j].outputs[o];
+        if (n > 0 && dst != nullptr) {
+          if (operands[j].output_space(o) == MemorySpace::kResident) {
+            scatter.push_back({at, dst, n});
+          } else {
+            host_out[o].push_back({at, nullptr, dst, static_cast<size_t>(n)});
+          }
+        }
+        at += n;
+      }
+    }
+    COALESCE_ASSIGN_OR_RETURN(
+        const bool outputs_fit,
+        PlanFill(host_out, /*to_device=*/false, bufs, out_fill, scatter));
+    if (!outputs_fit) {
+      for (const std::vector<HostSlice>& slices : host_out) {
+        for (const HostSlice& s : slices) {
+          stage_out.push_back({s.merged, nullptr, s.out, s.bytes});
+        }
+      }
+    }
+
+    // Host to device. StageIn alternates the staging buffers from the
+    // first; the fill takes the one it did not use last, whose copy is the
+    // earlier one, and waits for that copy as StageIn would.
+    int last_staged = -1;
+    for (const Staged& s : stage_in) {
+      COALESCE_RETURN_IF_ERROR(cuda::StageIn(l, s.device, s.in, s.bytes));
+      last_staged =
+          static_cast<int>(((s.bytes - 1) / cuda::kStagingChunkBytes) & 1);
+    }
+    if (!in_fill.regions.empty()) {
+      const int b = last_staged == 0 ? 1 : 0;
+      char* staging = static_cast<char*>(l.staging[b]);
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.staging_free[b]));
+      for (const StagingFill::Piece& p : in_fill.pieces) {
+        std::memcpy(staging + p.offset, p.in, p.bytes);
+      }
+      for (const StagingFill::Region& r : in_fill.regions) {
+        COALESCE_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(r.device, staging + r.offset, r.bytes,
+                            cudaMemcpyHostToDevice, l.stream));
+      }
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventRecord(l.staging_free[b], l.stream));
+    }
+    COALESCE_RETURN_IF_ERROR(cuda::BatchCopy(gather, l.stream));
+
+    ExecContext ctx;
+    ctx.stream = l.stream;
+    ctx.device = &device_;
+    std::optional<cuda::RangeCounters> counters;
+    absl::Status sample_error;
+    COALESCE_RETURN_IF_ERROR(
+        sampling_.Run(l, v, merged, dev, ctx, &counters, &sample_error));
+
+    // Device to host. The device writes the fill's staging buffer in stream
+    // order after every earlier copy out of it; staging_free marks the end
+    // of this use for a later StageIn's host writes.
+    COALESCE_RETURN_IF_ERROR(cuda::BatchCopy(scatter, l.stream));
+    char* out_staging = static_cast<char*>(l.staging[0]);
+    if (!out_fill.regions.empty()) {
+      for (const StagingFill::Region& r : out_fill.regions) {
+        COALESCE_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(out_staging + r.offset, r.device, r.bytes,
+                            cudaMemcpyDeviceToHost, l.stream));
+      }
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaEventRecord(l.staging_free[0], l.stream));
+    }
+    for (const Staged& s : stage_out) {
+      COALESCE_RETURN_IF_ERROR(cuda::StageOut(l, s.out, s.device, s.bytes));
+    }
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.d2h_stop, l.stream));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.d2h_stop));
+    for (const StagingFill::Piece& p : out_fill.pieces) {
+      std::memcpy(p.out, out_staging + p.offset, p.bytes);
+    }
+    return FillResult(l, ctx, counters, std::move(sample_error), result);
   }
 
   // Destroyed in reverse: the sampler, the lanes' gates (the lanes
