@@ -24,9 +24,14 @@ absl::Status Scheduler::Submit(Job job) {
     return absl::InvalidArgumentError(
         absl::StrCat("a job for ", name_, " needs both run and reject"));
   }
-  if (job.bytes < 0) {
+  if (!job.batch_key.empty() && !job.run_batch) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a job for ", name_, " has negative bytes ", job.bytes));
+        absl::StrCat("a job for ", name_, " with a batch key needs run_batch"));
+  }
+  if (job.bytes < 0 || job.batch_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a job for ", name_, " has negative bytes ", job.bytes,
+                     " or batch bytes ", job.batch_bytes));
   }
   absl::MutexLock lock(&mu_);
   if (draining_) {
@@ -49,54 +54,125 @@ absl::Status Scheduler::Submit(Job job) {
   std::deque<Waiting>& queue = queues_[job.identity];
   if (queue.empty()) turns_.push_back(job.identity);
   ++queued_;
+  ++submissions_;
   queued_bytes_ += job.bytes;
   queue.push_back(Waiting{std::move(job), std::chrono::steady_clock::now()});
   return absl::OkStatus();
 }
 
-Scheduler::Waiting Scheduler::PopNextLocked() {
-  std::string identity = std::move(turns_.front());
-  turns_.pop_front();
+Scheduler::Waiting Scheduler::PopFrontLocked(const std::string& identity) {
   auto it = queues_.find(identity);
   Waiting next = std::move(it->second.front());
   it->second.pop_front();
-  if (it->second.empty()) {
-    queues_.erase(it);
-  } else {
-    // Back of the line: every other waiting identity goes first.
-    turns_.push_back(std::move(identity));
-  }
+  if (it->second.empty()) queues_.erase(it);
   --queued_;
   queued_bytes_ -= next.job.bytes;
   return next;
 }
 
+Scheduler::Waiting Scheduler::PopNextLocked() {
+  std::string identity = std::move(turns_.front());
+  turns_.pop_front();
+  Waiting next = PopFrontLocked(identity);
+  // Back of the line: every other waiting identity goes first.
+  if (queues_.contains(identity)) turns_.push_back(std::move(identity));
+  return next;
+}
+
+void Scheduler::FillBatchLocked(std::vector<Waiting>& batch) {
+  // A copy: batch grows (and moves its jobs) below.
+  const std::string key = batch[0].job.batch_key;
+  const size_t max_requests =
+      static_cast<size_t>(std::max(options_.batch_max_requests, 1));
+  if (key.empty() || max_requests <= 1) return;
+  int64_t bytes = batch[0].job.batch_bytes;
+  const absl::Time deadline = absl::Now() + options_.batch_max_delay;
+  for (;;) {
+    // Sweeps over the identities in turn order; one that gave a job goes
+    // behind those that did not, as PopNextLocked would have put it.
+    bool took = true;
+    while (took && batch.size() < max_requests) {
+      took = false;
+      std::deque<std::string> passed, gave;
+      while (!turns_.empty()) {
+        std::string identity = std::move(turns_.front());
+        turns_.pop_front();
+        const Job& front = queues_.find(identity)->second.front().job;
+        if (batch.size() >= max_requests || front.batch_key != key ||
+            front.batch_bytes > options_.batch_max_bytes - bytes) {
+          passed.push_back(std::move(identity));
+          continue;
+        }
+        bytes += front.batch_bytes;
+        batch.push_back(PopFrontLocked(identity));
+        took = true;
+        if (queues_.contains(identity)) gave.push_back(std::move(identity));
+      }
+      for (std::string& id : passed) turns_.push_back(std::move(id));
+      for (std::string& id : gave) turns_.push_back(std::move(id));
+    }
+    if (batch.size() >= max_requests || stopping_ || draining_ ||
+        absl::Now() >= deadline) {
+      return;
+    }
+    // Not full: wait for the next submission (or the deadline) and sweep
+    // again.
+    const int64_t seen = submissions_;
+    // Evaluated by the mutex with mu_ held.
+    const auto arrived = [this, seen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return submissions_ != seen || draining_;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) return;
+  }
+}
+
 void Scheduler::WorkerLoop() {
   for (;;) {
-    Waiting next;
+    std::vector<Waiting> batch;
+    int64_t started = 0;
     {
       absl::MutexLock lock(&mu_,
                            absl::Condition(this, &Scheduler::WorkOrStopping));
       if (turns_.empty()) return;  // stopping, and nothing waits
-      next = PopNextLocked();
+      batch.push_back(PopNextLocked());
+      // Counted in flight while the batch waits to fill: it holds a worker.
       ++in_flight_;
+      FillBatchLocked(batch);
+      started = static_cast<int64_t>(batch.size());
+      in_flight_ += started - 1;
     }
-    Start(std::move(next));  // the job (and what it holds) dies in there
+    Start(std::move(batch));  // the jobs (and what they hold) die in there
     absl::MutexLock lock(&mu_);
-    --in_flight_;
+    in_flight_ -= started;
   }
 }
 
-void Scheduler::Start(Waiting waiting) {
-  Job& job = waiting.job;
-  if (job.cancelled && job.cancelled()) {
-    std::move(job.reject)(absl::CancelledError(absl::StrCat(
-        "the request was cancelled before it started on ", name_)));
+void Scheduler::Start(std::vector<Waiting> batch) {
+  const auto now = std::chrono::steady_clock::now();
+  // Cancelled jobs leave the batch rejected; the rest start together.
+  std::vector<Job> jobs;
+  std::vector<double> queue_seconds;
+  jobs.reserve(batch.size());
+  queue_seconds.reserve(batch.size());
+  for (Waiting& waiting : batch) {
+    Job& job = waiting.job;
+    if (job.cancelled && job.cancelled()) {
+      std::move(job.reject)(absl::CancelledError(absl::StrCat(
+          "the request was cancelled before it started on ", name_)));
+      continue;
+    }
+    const std::chrono::duration<double> waited = now - waiting.submitted;
+    jobs.push_back(std::move(job));
+    queue_seconds.push_back(waited.count());
+  }
+  batch.clear();
+  if (jobs.empty()) return;
+  if (jobs.size() == 1) {
+    std::move(jobs[0].run)(queue_seconds[0]);
     return;
   }
-  const std::chrono::duration<double> waited =
-      std::chrono::steady_clock::now() - waiting.submitted;
-  std::move(job.run)(waited.count());
+  auto run_batch = std::move(jobs[0].run_batch);
+  std::move(run_batch)(std::move(jobs), std::move(queue_seconds));
 }
 
 void Scheduler::Drain(absl::Time deadline) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,15 @@ struct SchedulerOptions {
   int64_t max_queue_requests = 1024;
   // Sum of Job::bytes of the waiting jobs.
   int64_t max_queue_bytes = int64_t{1} << 30;
+  // Batching (Job::batch_key): a batch holds at most batch_max_requests
+  // jobs and batch_max_bytes of their Job::batch_bytes (a first job larger
+  // than that runs alone). batch_max_requests <= 1 turns batching off.
+  int batch_max_requests = 64;
+  int64_t batch_max_bytes = int64_t{4} << 20;
+  // How long a started batch waits for more jobs of its key to arrive
+  // while it is not full; zero: it takes only what already waits, so
+  // batching never adds latency to a lone request.
+  absl::Duration batch_max_delay = absl::ZeroDuration();
 };
 
 struct Job {
@@ -59,6 +69,22 @@ struct Job {
   // it started, or still waiting when Drain's deadline passed. Never called
   // for a job whose Submit returned an error.
   absl::AnyInvocable<void(absl::Status why) &&> reject;
+
+  // Batching. Jobs with the same non-empty batch_key may start together:
+  // the first one's run_batch is called, instead of each one's run, with
+  // all of them (itself first, in the order they would have started) and
+  // each one's queue seconds. run_batch then owns every job of the batch:
+  // it must end each one (through its own state; the scheduler calls
+  // neither run nor reject of a batched job). A batch of one is started
+  // through run. Jobs of one key must all have run_batch set.
+  std::string batch_key;
+  // What this job adds to a batch (SchedulerOptions::batch_max_bytes).
+  int64_t batch_bytes = 0;
+  // The submitter's own state for the job, for run_batch to reach.
+  std::shared_ptr<void> batch_item;
+  absl::AnyInvocable<void(std::vector<Job> batch,
+                          std::vector<double> queue_seconds) &&>
+      run_batch;
 };
 
 class Scheduler {
@@ -102,10 +128,21 @@ class Scheduler {
   };
 
   void WorkerLoop();
-  // Starts (or, when cancelled, rejects) one job; called without mu_.
-  void Start(Waiting waiting);
+  // Starts (or, when cancelled, rejects) one job or a batch (batch[0]
+  // leads); called without mu_.
+  void Start(std::vector<Waiting> batch);
   // The next job in round-robin order over identities; turns_ not empty.
   Waiting PopNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pops the waiting jobs that join `leader`'s batch, into batch: each
+  // identity's first job while it has the key and the batch has room, in
+  // round-robin order (so a batch keeps fairness and each identity's
+  // order); with a delay, waits up to it for the batch to fill.
+  void FillBatchLocked(std::vector<Waiting>& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the first job of identity's queue (turns_ is left to the
+  // caller); returns it.
+  Waiting PopFrontLocked(const std::string& identity)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   bool WorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !turns_.empty() || stopping_;
@@ -126,6 +163,8 @@ class Scheduler {
   std::deque<std::string> turns_ ABSL_GUARDED_BY(mu_);
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Jobs submitted so far: a batch that waits for more watches it.
+  int64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Drain began: Submit refuses.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

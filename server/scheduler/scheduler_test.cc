@@ -580,5 +580,196 @@ TEST(SchedulerTest, DestructorNeverLosesAJob) {
   }
 }
 
+// Records the batches a scheduler starts: each entry is the tags of one
+// start, in the order the scheduler gave them.
+struct BatchLog {
+  absl::Mutex mu;
+  std::vector<std::vector<int>> starts ABSL_GUARDED_BY(mu);
+  std::vector<int> rejected ABSL_GUARDED_BY(mu);
+};
+
+// A batchable job tagged `tag` (its batch_item points at the tag).
+Job Batchable(std::string identity, std::string key, int tag,
+              int64_t batch_bytes, BatchLog* log) {
+  Job job;
+  job.identity = std::move(identity);
+  job.batch_key = std::move(key);
+  job.batch_bytes = batch_bytes;
+  job.batch_item = std::make_shared<int>(tag);
+  job.run = [log, tag](double) {
+    absl::MutexLock lock(&log->mu);
+    log->starts.push_back({tag});
+  };
+  job.run_batch = [log](std::vector<Job> batch, std::vector<double> queued) {
+    EXPECT_EQ(batch.size(), queued.size());
+    std::vector<int> tags;
+    for (const Job& j : batch) {
+      tags.push_back(*std::static_pointer_cast<int>(j.batch_item));
+    }
+    absl::MutexLock lock(&log->mu);
+    log->starts.push_back(std::move(tags));
+  };
+  job.reject = [log, tag](absl::Status) {
+    absl::MutexLock lock(&log->mu);
+    log->rejected.push_back(tag);
+  };
+  return job;
+}
+
+TEST(SchedulerBatchTest, WaitingJobsOfOneKeyStartTogetherUpToTheLimits) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  options.batch_max_requests = 3;
+  options.batch_max_bytes = 1000;
+  BatchLog log;
+  {
+    Scheduler scheduler("cpu:0", options);
+    {
+      Blocker blocker(scheduler, 1);
+      // a: 0..6 (each 100 bytes), then b: 7..8; c: 9 is too big to join.
+      for (int i = 0; i < 7; ++i) {
+        ASSERT_TRUE(scheduler.Submit(Batchable("x", "a", i, 100, &log)).ok());
+      }
+      ASSERT_TRUE(scheduler.Submit(Batchable("x", "b", 7, 100, &log)).ok());
+      ASSERT_TRUE(scheduler.Submit(Batchable("x", "b", 8, 950, &log)).ok());
+    }
+    scheduler.Drain(absl::Now() + absl::Seconds(10));
+  }
+  absl::MutexLock lock(&log.mu);
+  EXPECT_THAT(log.starts,
+              ::testing::ElementsAre(
+                  ::testing::ElementsAre(0, 1, 2),
+                  ::testing::ElementsAre(3, 4, 5), ::testing::ElementsAre(6),
+                  ::testing::ElementsAre(7), ::testing::ElementsAre(8)));
+  EXPECT_TRUE(log.rejected.empty());
+}
+
+TEST(SchedulerBatchTest, BatchesKeepFairnessAndEachIdentitysOrder) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  options.batch_max_requests = 4;
+  BatchLog log;
+  {
+    Scheduler scheduler("cpu:0", options);
+    {
+      Blocker blocker(scheduler, 1);
+      // heavy floods the queue first; light's two jobs arrive last.
+      for (int i = 0; i < 6; ++i) {
+        ASSERT_TRUE(scheduler.Submit(Batchable("heavy", "k", i, 1, &log)).ok());
+      }
+      ASSERT_TRUE(scheduler.Submit(Batchable("light", "k", 100, 1, &log)).ok());
+      ASSERT_TRUE(scheduler.Submit(Batchable("light", "k", 101, 1, &log)).ok());
+    }
+    scheduler.Drain(absl::Now() + absl::Seconds(10));
+  }
+  absl::MutexLock lock(&log.mu);
+  // One job per identity per sweep: light gets into the first batch.
+  EXPECT_THAT(log.starts,
+              ::testing::ElementsAre(::testing::ElementsAre(0, 100, 1, 101),
+                                     ::testing::ElementsAre(2, 3, 4, 5)));
+}
+
+TEST(SchedulerBatchTest, AJobBehindAnotherKeyWaitsForItsTurn) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  BatchLog log;
+  {
+    Scheduler scheduler("cpu:0", options);
+    {
+      Blocker blocker(scheduler, 1);
+      ASSERT_TRUE(scheduler.Submit(Batchable("x", "a", 0, 1, &log)).ok());
+      ASSERT_TRUE(scheduler.Submit(Batchable("x", "b", 1, 1, &log)).ok());
+      ASSERT_TRUE(scheduler.Submit(Batchable("x", "a", 2, 1, &log)).ok());
+      ASSERT_TRUE(scheduler.Submit(Batchable("y", "a", 3, 1, &log)).ok());
+    }
+    scheduler.Drain(absl::Now() + absl::Seconds(10));
+  }
+  absl::MutexLock lock(&log.mu);
+  // x's job 2 may not pass x's job 1 of another key.
+  EXPECT_THAT(log.starts, ::testing::ElementsAre(::testing::ElementsAre(0, 3),
+                                                 ::testing::ElementsAre(1),
+                                                 ::testing::ElementsAre(2)));
+}
+
+TEST(SchedulerBatchTest, CancelledJobsLeaveTheBatchRejected) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  BatchLog log;
+  {
+    Scheduler scheduler("cpu:0", options);
+    {
+      Blocker blocker(scheduler, 1);
+      for (int i = 0; i < 4; ++i) {
+        Job job = Batchable("x", "k", i, 1, &log);
+        if (i % 2 == 0) job.cancelled = [] { return true; };
+        ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+      }
+    }
+    scheduler.Drain(absl::Now() + absl::Seconds(10));
+  }
+  absl::MutexLock lock(&log.mu);
+  EXPECT_THAT(log.starts, ::testing::ElementsAre(::testing::ElementsAre(1, 3)));
+  EXPECT_THAT(log.rejected, ::testing::ElementsAre(0, 2));
+}
+
+TEST(SchedulerBatchTest, WithoutADelayALoneJobStartsAlone) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  BatchLog log;
+  Scheduler scheduler("cpu:0", options);
+  ASSERT_TRUE(scheduler.Submit(Batchable("x", "k", 0, 1, &log)).ok());
+  scheduler.Drain(absl::Now() + absl::Seconds(10));
+  absl::MutexLock lock(&log.mu);
+  EXPECT_THAT(log.starts, ::testing::ElementsAre(::testing::ElementsAre(0)));
+}
+
+TEST(SchedulerBatchTest, ADelayGathersJobsThatArriveWithinIt) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  options.batch_max_requests = 3;
+  options.batch_max_delay = absl::Seconds(30);  // ended by the third job
+  BatchLog log;
+  Scheduler scheduler("cpu:0", options);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(scheduler.Submit(Batchable("x", "k", i, 1, &log)).ok());
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  absl::MutexLock lock(&log.mu);
+  EXPECT_THAT(log.starts,
+              ::testing::ElementsAre(::testing::ElementsAre(0, 1, 2)));
+}
+
+TEST(SchedulerBatchTest, BatchingOffStartsEachJobAlone) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  options.batch_max_requests = 1;
+  BatchLog log;
+  {
+    Scheduler scheduler("cpu:0", options);
+    {
+      Blocker blocker(scheduler, 1);
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(scheduler.Submit(Batchable("x", "k", i, 1, &log)).ok());
+      }
+    }
+    scheduler.Drain(absl::Now() + absl::Seconds(10));
+  }
+  absl::MutexLock lock(&log.mu);
+  EXPECT_THAT(log.starts, ::testing::ElementsAre(::testing::ElementsAre(0),
+                                                 ::testing::ElementsAre(1),
+                                                 ::testing::ElementsAre(2)));
+}
+
+TEST(SchedulerBatchTest, AKeyWithoutRunBatchIsRefused) {
+  Scheduler scheduler("cpu:0", SchedulerOptions{});
+  Job job = RunOnly("x", 0, [](double) {});
+  job.batch_key = "k";
+  EXPECT_EQ(scheduler.Submit(std::move(job)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace coalesce
