@@ -3,11 +3,15 @@
 # with gpu-bundle.tar.xz carried (scripts/gpu-bundle.sh builds it):
 #   scripts/gpu-check.sh OUT_DIR [STEPS] [BENCH FLAGS...]
 # STEPS, comma-separated (default tests,sanitize,ncu,bench):
-#   tests     the GPU conformance suite, then handles in device memory
+#   tests     the GPU conformance suite, stacked launches (stacked_test:
+#             batches against each part alone), then handles in device memory
 #             through a server (gpu_data_plane_test) and the CUPTI sampler
 #             (profile_sampling_gpu_test)
 #   sanitize  compute-sanitizer memcheck and racecheck over that suite
-#             (every variant, resident operands, chained transposes)
+#             (every variant, resident operands, chained transposes;
+#             SANITIZE_SKIP_CONFORMANCE=1 leaves it out), over the stacked
+#             launches and over gpu_data_plane_test (a server's scheduler
+#             and batched requests on the device)
 #             (COALESCE_CONFORMANCE_OPS=gemm,... limits it to some ops;
 #             SANITIZE_TIMEOUT seconds per tool, default 240)
 #   ncu       Nsight Compute counters (DRAM, instructions, shared-memory
@@ -38,8 +42,11 @@
 #             64, GELU-LN [16,1024] on handles at 256; each case against
 #             Echo, with the kernel-only bound and the server's GPU-busy
 #             ratio from its /metrics; requests-*.txt/json and the server's
-#             /metrics after each group (REQUESTS_SERVER: another
-#             coalesce-server binary; REQUESTS_FLAGS: its flags;
+#             /metrics after each group; with batching on (the server's
+#             default) and off (--batch_ops=none: the cases at concurrency
+#             64 and up, files *-batch-off.*; REQUESTS_BATCHING=on keeps
+#             one) (REQUESTS_SERVER: another coalesce-server binary;
+#             REQUESTS_FLAGS: its flags;
 #             REQUESTS_TRANSPORTS: the transports; REQUESTS_DURATION:
 #             seconds per phase, default 2)
 #   tune      the selection quality sweep: a server on this GPU, `coalesce tune`
@@ -86,21 +93,22 @@ if has tests; then
   echo "== GPU conformance suite"
   "$bin/cuda_conformance_test" 2>&1 | tail -n 30 | tee "$out/gpu-tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  for t in gpu_data_plane_test profile_sampling_gpu_test; do
+  for t in stacked_test gpu_data_plane_test profile_sampling_gpu_test; do
     [ -x "$bin/$t" ] || continue
     echo "== $t"
     "$bin/$t" 2>&1 | tail -n 30 | tee -a "$out/gpu-tests.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi
-# compute-sanitizer memcheck and racecheck over a conformance binary ($1),
-# logs named $out/$2-TOOL.log.
+# compute-sanitizer memcheck and racecheck over a test binary ($1; the
+# conformance suite's tests that cover every kernel unless $3 names a gtest
+# filter), logs named $out/$2-TOOL.log.
 sanitize() {
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool ($1)"
     timeout "${SANITIZE_TIMEOUT:-240}" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$1" --gtest_filter='*EveryVariant*:*Resident*:*BackToBack*:*CopyKernels*:*Stamped*' \
+      "$1" --gtest_filter="${3:-*EveryVariant*:*Resident*:*BackToBack*:*CopyKernels*:*Stamped*}" \
       >"$out/$2-$tool.log" 2>&1
     rc=$?
     tail -n 4 "$out/$2-$tool.log"
@@ -109,7 +117,12 @@ sanitize() {
   done
 }
 if has sanitize; then
-  sanitize "$bin/cuda_conformance_test" sanitizer
+  [ -n "${SANITIZE_SKIP_CONFORMANCE:-}" ] ||
+    sanitize "$bin/cuda_conformance_test" sanitizer
+  # The stacked launches (BatchCopy, mixed spaces) and a server's request
+  # path on the device: the scheduler, batches of concurrent callers.
+  sanitize "$bin/stacked_test" sanitizer-stacked '*'
+  sanitize "$bin/gpu_data_plane_test" sanitizer-server '*'
 fi
 if has ncu; then
   # One launch each of the transposes and layout kernels the targets hinge
@@ -248,43 +261,59 @@ if has requests; then
   server_bin=${REQUESTS_SERVER:-$bin/coalesce-server}
   transports=${REQUESTS_TRANSPORTS:-inline,handle,pipeline}
   duration=${REQUESTS_DURATION:-2}
-  : >"$out/server.out"
-  # shellcheck disable=SC2086  # REQUESTS_FLAGS: words
-  "$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
-    ${REQUESTS_FLAGS:-} >"$out/server.out" 2>>"$out/server.log" &
-  server_pid=$!
-  port= mport=
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
-    mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
-    [ -n "$port" ] && [ -n "$mport" ] && break
-    sleep 0.2
-  done
-  # name op transports bytes concurrency [--shape=...]
-  while read -r name op trs bytes conc shape; do
-    [ -n "$name" ] || continue
-    # The case's transports that REQUESTS_TRANSPORTS allows.
-    trs=$(tr , '\n' <<<"$trs" | grep -xF -f <(tr , '\n' <<<"$transports") |
-      paste -sd, -)
-    [ -n "$trs" ] || continue
-    echo "-- $name: $op $trs ${bytes} B x$conc"
-    "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
-      --metrics="127.0.0.1:$mport" --op="$op" --transport="$trs" \
-      --bytes="$bytes" --concurrency="$conc" --duration_s="$duration" \
-      --warmup_s=0.5 ${shape:+--shape=$shape} \
-      --json="$out/requests-$name.json" 2>/dev/null |
-      tee "$out/requests-$name.txt" || status=1
-    python3 -c 'import sys, urllib.request
+  # Batching on (the server's default) runs every case; off
+  # (--batch_ops=none) the cases at concurrency 64 and up, where requests
+  # wait together and batching can change the figures.
+  for batching in ${REQUESTS_BATCHING:-on off}; do
+    suffix= batch_flags=
+    if [ "$batching" = off ]; then
+      suffix=-batch-off batch_flags=--batch_ops=none
+    fi
+    : >"$out/server$suffix.out"
+    # shellcheck disable=SC2086  # REQUESTS_FLAGS: words
+    "$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+      $batch_flags ${REQUESTS_FLAGS:-} >"$out/server$suffix.out" \
+      2>>"$out/server$suffix.log" &
+    server_pid=$!
+    port= mport=
+    for _ in $(seq 1 600); do
+      port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server$suffix.out")
+      mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server$suffix.out")
+      [ -n "$port" ] && [ -n "$mport" ] && break
+      sleep 0.2
+    done
+    # name op transports bytes concurrency [--shape=...]
+    while read -r name op trs bytes conc shape; do
+      [ -n "$name" ] || continue
+      # The case's transports that REQUESTS_TRANSPORTS allows.
+      trs=$(tr , '\n' <<<"$trs" | grep -xF -f <(tr , '\n' <<<"$transports") |
+        paste -sd, -)
+      [ -n "$trs" ] || continue
+      if [ "$batching" = off ]; then
+        conc=$(tr , '\n' <<<"$conc" | awk '$1 >= 64' | paste -sd, -)
+        [ -n "$conc" ] || continue
+      fi
+      echo "-- $name (batching $batching): $op $trs ${bytes} B x$conc"
+      "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
+        --metrics="127.0.0.1:$mport" --op="$op" --transport="$trs" \
+        --bytes="$bytes" --concurrency="$conc" --duration_s="$duration" \
+        --warmup_s=0.5 ${shape:+--shape=$shape} \
+        --json="$out/requests-$name$suffix.json" 2>/dev/null |
+        tee "$out/requests-$name$suffix.txt" || status=1
+      python3 -c 'import sys, urllib.request
 sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
-      "http://127.0.0.1:$mport/metrics" >"$out/requests-$name.metrics" || true
-  done <<EOF
+        "http://127.0.0.1:$mport/metrics" \
+        >"$out/requests-$name$suffix.metrics" || true
+    done <<EOF
 t64k transpose inline,handle,pipeline 65536 1,64,256
 t1k transpose inline,handle,pipeline 1024 1,16,64,256
 t16m transpose handle,pipeline 16777216 64
 ln16 gelu-ln handle,pipeline 65536 256 16,1024
 t128 transpose handle,pipeline 65536 256 128,128
 EOF
-  kill "$server_pid"; wait "$server_pid" 2>/dev/null
+    kill "$server_pid"
+    wait "$server_pid" 2>/dev/null
+  done
 fi
 if has ab; then
   echo "== builds side by side"

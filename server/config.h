@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,16 @@ struct ServerConfig {
   int max_in_flight = 0;
   int64_t max_queue_requests = 1024;
   int64_t max_queue_bytes = int64_t{1} << 30;
+  // Dynamic batching (server/scheduler/scheduler.h, kernels/core/
+  // stacking.h): concurrent requests of these ops that stack run as one
+  // launch; a batch holds at most batch_max_requests requests and
+  // batch_max_bytes of their operands, and waits up to batch_max_delay_us
+  // for more to arrive (0: takes what already waits). batch_ops unset: the
+  // backend's default (BatchedOpsByDefault).
+  std::optional<std::vector<OpKind>> batch_ops;
+  int batch_max_requests = 64;
+  int64_t batch_max_bytes = int64_t{4} << 20;
+  int64_t batch_max_delay_us = 0;
   // Initial HTTP/2 stream flow-control window in bytes (gRPC's
   // lookahead; BDP probing grows it from there).
   int stream_window_bytes = 8 << 20;

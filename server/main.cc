@@ -12,9 +12,11 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -29,6 +31,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/quote.h"
 #include "kernels/backends.h"
 #include "server/auth/token_file.h"
 #include "server/metrics/profile_sampling.h"
@@ -136,6 +139,19 @@ ABSL_FLAG(int64_t, max_queue_bytes, int64_t{1} << 30,
           "bytes of the request messages waiting for the device; past it a "
           "request is refused at once with RESOURCE_EXHAUSTED (one larger "
           "than this is admitted when nothing waits)");
+ABSL_FLAG(std::string, batch_ops, "auto",
+          "ops whose concurrent requests are batched into one launch when "
+          "they stack (transposes of one inner shape, layout conversions "
+          "along N, GELU-LN rows of one H and parameters, GEMMs sharing B): "
+          "a comma-separated list of transpose, convert_layout, "
+          "gelu_layer_norm, gemm; none; or auto (the backend's measured "
+          "default)");
+ABSL_FLAG(int32_t, batch_max_requests, 64, "requests in one batch, at most");
+ABSL_FLAG(int64_t, batch_max_bytes, int64_t{4} << 20,
+          "operand bytes of one batch, at most (a larger request runs alone)");
+ABSL_FLAG(int64_t, batch_max_delay_us, 0,
+          "microseconds a batch may wait for more requests to arrive; 0: it "
+          "takes only the requests already waiting, adding no latency");
 
 namespace coalesce {
 namespace {
@@ -218,6 +234,35 @@ bool ValidHostPort(absl::string_view address) {
 }
 
 // The values the flags' types allow but the server does not.
+// --batch_ops: nullopt for auto.
+bool ParseBatchOps(absl::string_view text,
+                   std::optional<std::vector<OpKind>>* ops,
+                   std::string* error) {
+  text = absl::StripAsciiWhitespace(text);
+  if (text == "auto") {
+    ops->reset();
+    return true;
+  }
+  ops->emplace();
+  if (text == "none") return true;
+  for (absl::string_view name :
+       absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    name = absl::StripAsciiWhitespace(name);
+    const OpKind* found = nullptr;
+    for (const OpKind& op : kAllOps) {
+      if (OpName(op) == name) found = &op;
+    }
+    if (found == nullptr) {
+      *error = absl::StrCat("--batch_ops: unknown op ", Quoted(name),
+                            " (transpose, convert_layout, gelu_layer_norm, "
+                            "gemm, none or auto)");
+      return false;
+    }
+    (*ops)->push_back(*found);
+  }
+  return true;
+}
+
 bool CheckFlagValues(std::string* error) {
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "auto" && device != "cpu" && device != "cuda") {
@@ -258,6 +303,16 @@ bool CheckFlagValues(std::string* error) {
                           absl::GetFlag(FLAGS_max_in_flight));
     return false;
   }
+  if (absl::GetFlag(FLAGS_batch_max_delay_us) < 0 ||
+      absl::GetFlag(FLAGS_batch_max_delay_us) > 1000000) {
+    *error = absl::StrCat("--batch_max_delay_us must be in [0, 1000000], not ",
+                          absl::GetFlag(FLAGS_batch_max_delay_us));
+    return false;
+  }
+  std::optional<std::vector<OpKind>> batch_ops;
+  if (!ParseBatchOps(absl::GetFlag(FLAGS_batch_ops), &batch_ops, error)) {
+    return false;
+  }
   if (absl::GetFlag(FLAGS_max_message_bytes) < 1) {
     *error = absl::StrCat("--max_message_bytes must be >= 1, not ",
                           absl::GetFlag(FLAGS_max_message_bytes));
@@ -269,7 +324,9 @@ bool CheckFlagValues(std::string* error) {
         {"tensor_cap_bytes", absl::GetFlag(FLAGS_tensor_cap_bytes)},
         {"max_concurrent_streams", absl::GetFlag(FLAGS_max_concurrent_streams)},
         {"max_queue_requests", absl::GetFlag(FLAGS_max_queue_requests)},
-        {"max_queue_bytes", absl::GetFlag(FLAGS_max_queue_bytes)}}) {
+        {"max_queue_bytes", absl::GetFlag(FLAGS_max_queue_bytes)},
+        {"batch_max_requests", absl::GetFlag(FLAGS_batch_max_requests)},
+        {"batch_max_bytes", absl::GetFlag(FLAGS_batch_max_bytes)}}) {
     if (value < 1) {
       *error = absl::StrCat("--", flag, " must be >= 1, not ", value);
       return false;
@@ -351,7 +408,10 @@ int Main(int argc, char** argv) {
       "                  [--auth_tokens=FILE] [--admin_identities=A,B]\n"
       "                  [--unix_socket=PATH] [--max_uploads_per_client=N]\n"
       "                  [--upload_idle_timeout_s=S] [--max_in_flight=N]\n"
-      "                  [--max_queue_requests=N] [--max_queue_bytes=N]\n\n"
+      "                  [--max_queue_requests=N] [--max_queue_bytes=N]\n"
+      "                  [--batch_ops=auto|none|OP,...] "
+      "[--batch_max_requests=N]\n"
+      "                  [--batch_max_bytes=N] [--batch_max_delay_us=US]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
       "then 'coalesce-server metrics on HOST:PORT' on stdout once serving;\n"
       "logs go to stderr. SIGINT or SIGTERM: NOT_SERVING at once, in-flight\n"
@@ -426,6 +486,11 @@ int Main(int argc, char** argv) {
   config.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   config.max_queue_requests = absl::GetFlag(FLAGS_max_queue_requests);
   config.max_queue_bytes = absl::GetFlag(FLAGS_max_queue_bytes);
+  std::string unused;
+  ParseBatchOps(absl::GetFlag(FLAGS_batch_ops), &config.batch_ops, &unused);
+  config.batch_max_requests = absl::GetFlag(FLAGS_batch_max_requests);
+  config.batch_max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
+  config.batch_max_delay_us = absl::GetFlag(FLAGS_batch_max_delay_us);
   config.max_uploads_per_client = absl::GetFlag(FLAGS_max_uploads_per_client);
   config.upload_idle_timeout_seconds =
       absl::GetFlag(FLAGS_upload_idle_timeout_s);

@@ -11,10 +11,12 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "server/metrics/prometheus_service_metrics.h"
 #include "spdlog/spdlog.h"
@@ -151,6 +153,11 @@ std::shared_ptr<grpc::Channel> RunningServer::InProcessChannel(
   return server->InProcessChannel(args);
 }
 
+std::vector<OpKind> BatchedOpsByDefault(BackendKind kind) {
+  if (kind != BackendKind::kCuda) return {};
+  return {OpKind::kTranspose, OpKind::kConvertLayout, OpKind::kGeluLayerNorm};
+}
+
 absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     const ServerConfig& config, Backend* backend, std::string backend_reason) {
   // Both are process-wide switches that the builder reads: they must be set
@@ -217,6 +224,25 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
       config.max_in_flight > 0 ? config.max_in_flight : backend->concurrency();
   scheduling.max_queue_requests = config.max_queue_requests;
   scheduling.max_queue_bytes = config.max_queue_bytes;
+  ServerConfig service_config = config;
+  if (!service_config.batch_ops.has_value()) {
+    service_config.batch_ops = BatchedOpsByDefault(backend->kind());
+  }
+  // No op batched: the scheduler never waits for a batch to fill.
+  scheduling.batch_max_requests =
+      service_config.batch_ops->empty() ? 1 : config.batch_max_requests;
+  scheduling.batch_max_bytes = config.batch_max_bytes;
+  scheduling.batch_max_delay = absl::Microseconds(config.batch_max_delay_us);
+  {
+    std::vector<std::string> names;
+    for (OpKind op : *service_config.batch_ops) {
+      names.emplace_back(OpName(op));
+    }
+    spdlog::info("batching: {} (up to {} requests, {} bytes, {} us delay)",
+                 names.empty() ? std::string("off") : absl::StrJoin(names, ","),
+                 config.batch_max_requests, config.batch_max_bytes,
+                 config.batch_max_delay_us);
+  }
   running->scheduler =
       std::make_unique<Scheduler>(absl::StrCat(BackendName(backend->kind()),
                                                ":", backend->device().ordinal),
@@ -224,8 +250,8 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   AddSchedulerMetrics(running->registry.get(), running->scheduler.get(),
                       scheduling);
   running->service = std::make_unique<TensorOpsService>(
-      backend, config, std::move(backend_reason), running->metrics.get(),
-      running->selector.get(), running->tensors.get(),
+      backend, service_config, std::move(backend_reason),
+      running->metrics.get(), running->selector.get(), running->tensors.get(),
       running->shared_memory.get(), running->authenticator.get(),
       running->scheduler.get());
   grpc::ServerBuilder builder;

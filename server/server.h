@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/core/backend.h"
@@ -67,6 +68,12 @@ struct RunningServer {
   // The same for config.metrics_listen.
   int metrics_port = 0;
 };
+
+// The ops whose requests a server on a backend of this kind batches when
+// --batch_ops is auto: those where batched launches measured faster
+// (docs/PERFORMANCE.md). None on the CPU, whose kernels already spread one
+// request over every core.
+std::vector<OpKind> BatchedOpsByDefault(BackendKind kind);
 
 // Starts a server on config.listen serving backend (not owned; it must
 // outlive the server). backend_reason is what GetServerInfo reports as the

@@ -189,8 +189,14 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       "Device-to-host copy time of a successful kernel RPC (0 on the CPU "
       "backend).",
       {"op"}, StageBuckets());
+  Family<Histogram>& batch_size = registry->AddHistogram(
+      "coalesce_batch_size",
+      "Requests served by one device launch: 1 for a request run alone, N "
+      "for a batch of N (--batch_ops).",
+      {"op"}, {1, 2, 4, 8, 16, 32, 64, 128, 256});
   for (int op = 0; op < kNumKernelRpcs; ++op) {
     const std::vector<std::string> label = OpLabel(static_cast<Rpc>(op));
+    batch_size_[op] = &batch_size.Add(label);
     queued_[op] = &queued.Add(label);
     queue_seconds_[op] = &queue_seconds.Add(label);
     h2d_seconds_[op] = &h2d_seconds.Add(label);
@@ -429,6 +435,10 @@ void PrometheusServiceMetrics::BackendStarted(Rpc rpc, double queue_seconds) {
   const int r = static_cast<int>(rpc);
   queued_[r]->Decrement();
   queue_seconds_[r]->Observe(NonNegative(queue_seconds));
+}
+
+void PrometheusServiceMetrics::LaunchServed(OpKind op, int requests) {
+  batch_size_[static_cast<int>(RpcOf(op))]->Observe(requests);
 }
 
 PrometheusServiceMetrics::KernelSeries& PrometheusServiceMetrics::Series(

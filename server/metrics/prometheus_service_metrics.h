@@ -56,6 +56,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   void VariantSelected(const Selection& selection) override;
   void BackendStarted(Rpc rpc, double queue_seconds) override;
   void KernelRan(const KernelObservation& kernel) override;
+  void LaunchServed(OpKind op, int requests) override;
   void RpcFinished(const RpcOutcome& outcome) override;
 
  private:
@@ -94,6 +95,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   std::array<Gauge*, kNumKernelRpcs> queued_{};
   Counter* device_kernel_seconds_ = nullptr;
   std::array<Histogram*, kNumKernelRpcs> queue_seconds_{};
+  std::array<Histogram*, kNumKernelRpcs> batch_size_{};
   std::array<Histogram*, kNumKernelRpcs> h2d_seconds_{};
   std::array<Histogram*, kNumKernelRpcs> d2h_seconds_{};
 

@@ -6,7 +6,8 @@
 //
 // Call order per RPC: RpcStarted; for ops that run a kernel, VariantSelected
 // and BackendStarted once the request is decoded and a variant chosen, and
-// KernelRan when the backend succeeded; RpcFinished always, also on errors.
+// KernelRan and LaunchServed when the backend succeeded (once per launch: a
+// batch of requests reports them once); RpcFinished always, also on errors.
 // Implementations are thread-safe: the service calls them from every request
 // thread at once, so they must be cheap (no shared lock, no allocation).
 #pragma once
@@ -87,6 +88,9 @@ class ServiceMetrics {
   // handler (decoding, selection and output allocation).
   virtual void BackendStarted(Rpc rpc, double queue_seconds) = 0;
   virtual void KernelRan(const KernelObservation& kernel) = 0;
+  // One launch of op served `requests` requests (1 unless batched); called
+  // once per successful launch, whether or not KernelRan was.
+  virtual void LaunchServed(OpKind op, int requests) = 0;
   virtual void RpcFinished(const RpcOutcome& outcome) = 0;
 };
 

@@ -2,13 +2,17 @@
 // in chunks that split elements and cross the 8 MiB staging chunks lands in
 // device memory; GELU-LayerNorm -> transpose on handles with the outputs
 // kept on the server (device-resident, no copy through the host) gives,
-// bit-exact, what the same ops give inline; GetTensor brings it back. Skips
+// bit-exact, what the same ops give inline; GetTensor brings it back; and
+// concurrent callers batched into one launch each get their own result. Skips
 // without a CUDA device (CTest label gpu).
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -92,6 +96,86 @@ TEST_F(GpuDataPlaneTest, HandlesChainOnTheDevice) {
        {in->handle(), y->y().handle(), out->output().handle()}) {
     EXPECT_TRUE(client_->DeleteTensor(h).ok()) << h;
   }
+}
+
+// Concurrent callers batched on the device (one request runs at a time, a
+// 2 ms window to gather the rest): inputs inline or on the device, outputs
+// inline or kept there, each caller's transposes exact, and batches formed.
+TEST(GpuBatchingTest, BatchedCallersEachGetTheirOwnResult) {
+  if (!CudaBackendBuilt()) GTEST_SKIP() << "built without CUDA";
+  BackendOptions options;
+  options.device = "cuda";
+  absl::StatusOr<BackendChoice> choice = CreateBackend(options);
+  if (!choice.ok()) GTEST_SKIP() << "no GPU: " << choice.status();
+  ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.max_in_flight = 1;
+  config.batch_ops = std::vector<OpKind>{OpKind::kTranspose};
+  config.batch_max_delay_us = 2000;
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, choice->backend.get(), "test");
+  ASSERT_TRUE(server.ok()) << server.status();
+  constexpr int kThreads = 8, kRequests = 40;
+  constexpr int64_t kRows = 48, kCols = 40;
+  std::atomic<int> wrong{0}, failed{0}, batched{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ClientOptions o;
+      o.server = absl::StrCat("127.0.0.1:", (*server)->port);
+      o.client_id = absl::StrCat("caller", t);
+      absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
+      if (!c.ok()) {
+        ++failed;
+        return;
+      }
+      std::mt19937 rng(500 + t);
+      for (int i = 0; i < kRequests; ++i) {
+        const std::string x =
+            RandomFloats(kRows * kCols, static_cast<uint32_t>(rng()));
+        v1::TransposeRequest request;
+        std::string input_handle;
+        if (rng() % 2 == 0) {
+          absl::StatusOr<v1::TensorInfo> in =
+              (*c)->PutTensor(v1::DATA_TYPE_FLOAT32, {kRows, kCols}, x);
+          if (!in.ok()) {
+            ++failed;
+            continue;
+          }
+          input_handle = in->handle();
+          request.mutable_input()->set_handle(input_handle);
+        } else {
+          SetInlineMatrix(request.mutable_input(), kRows, kCols, x);
+        }
+        const bool keep = rng() % 2 == 0;
+        if (keep) KeepOutputOnServer(request.mutable_options());
+        request.mutable_options()->set_report(true);
+        absl::StatusOr<v1::TransposeResponse> r = (*c)->Transpose(request);
+        if (!r.ok()) {
+          ++failed;
+          ADD_FAILURE() << r.status();
+          continue;
+        }
+        std::string got = r->output().raw();
+        if (keep) {
+          absl::StatusOr<FetchedTensor> f =
+              (*c)->GetTensor(r->output().handle());
+          got = f.ok() ? f->bytes : "";
+          (*c)->DeleteTensor(r->output().handle()).IgnoreError();
+        }
+        if (!input_handle.empty()) {
+          (*c)->DeleteTensor(input_handle).IgnoreError();
+        }
+        if (got != TransposeReference(x, kRows, kCols)) ++wrong;
+        if (r->report().batch_size() > 1) ++batched;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(batched.load(), 0);
+  server->reset();
 }
 
 }  // namespace

@@ -2,17 +2,22 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 
+#include "absl/algorithm/container.h"
+#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/quote.h"
 #include "base/status_macros.h"
 #include "kernels/backends.h"
+#include "kernels/core/stacking.h"
 #include "kernels/selection/heuristic.h"
 #include "server/frontend/native/upload_framing.h"
 #include "server/frontend/status.h"
@@ -248,32 +253,16 @@ void TensorOpsService::PublishHealth() {
   health->SetServingStatus(v1::TensorOps::service_full_name(), status.ok());
 }
 
-absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
-                                   const Caller& caller,
-                                   const DecodedRequest& d,
-                                   absl::Span<v1::Tensor* const> outputs,
-                                   v1::KernelReport* report) {
-  COALESCE_RETURN_IF_ERROR(CheckWanted(context));
-  SelectContext select;
-  select.may_tune = caller.role == Role::kAdmin;
-  select.cancelled = [&context] { return context.IsCancelled(); };
-  COALESCE_ASSIGN_OR_RETURN(
-      const Selection selection,
-      selector_->Select(d.problem, d.forced_variant, select));
-  call.metrics().VariantSelected(selection);
-  Operands operands = d.operands;
+absl::Status TensorOpsService::PlaceOutputs(
+    const Caller& caller, const DecodedRequest& d,
+    absl::Span<v1::Tensor* const> outputs, Operands& operands,
+    absl::InlinedVector<std::string, 2>& created) {
   operands.output_spaces.assign(outputs.size(), MemorySpace::kHost);
   const DType dtype = DTypeOf(d.problem);
-  // Outputs kept as handles: committed only when the kernel succeeded.
-  absl::InlinedVector<std::string, 2> created;
-  const auto abandon = [&] {
-    for (const std::string& handle : created) {
-      tensors_->Delete(caller.identity, handle).IgnoreError();
-    }
-  };
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i] == nullptr) continue;
     v1::Tensor* out = outputs[i];
+    out->Clear();  // placed afresh when a batch falls back to running alone
     out->set_dtype(ToProtoDType(dtype));
     out->mutable_shape()->Add(d.output_shapes[i].begin(),
                               d.output_shapes[i].end());
@@ -292,7 +281,7 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
         absl::StatusOr<std::shared_ptr<StoredTensor>> t = tensors_->Create(
             caller.identity, "", dtype, d.output_shapes[i], d.sizes.outputs[i]);
         if (!t.ok()) {
-          abandon();
+          Abandon(caller, created);
           return InField(t.status(), absl::StrCat("options.outputs[", i, "]"));
         }
         created.push_back((*t)->handle);
@@ -315,8 +304,52 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
       }
     }
   }
+  return absl::OkStatus();
+}
+
+void TensorOpsService::Abandon(const Caller& caller,
+                               absl::Span<const std::string> created) {
+  for (const std::string& handle : created) {
+    tensors_->Delete(caller.identity, handle).IgnoreError();
+  }
+}
+
+absl::Status TensorOpsService::Settle(const Caller& caller,
+                                      const DecodedRequest& d,
+                                      absl::Span<const std::string> created) {
+  // A region its client shrank during the kernel read zeros for the lost
+  // pages (mapping_guard.h): the result is not the op's.
+  for (const auto& region : d.shared_memory) {
+    if (absl::Status alive = region->CheckAlive(); !alive.ok()) {
+      Abandon(caller, created);
+      return alive;
+    }
+  }
+  for (const std::string& handle : created) {
+    COALESCE_RETURN_IF_ERROR(tensors_->Commit(caller.identity, handle));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
+                                   const Caller& caller,
+                                   const DecodedRequest& d,
+                                   absl::Span<v1::Tensor* const> outputs,
+                                   v1::KernelReport* report) {
+  COALESCE_RETURN_IF_ERROR(CheckWanted(context));
+  SelectContext select;
+  select.may_tune = caller.role == Role::kAdmin;
+  select.cancelled = [&context] { return context.IsCancelled(); };
+  COALESCE_ASSIGN_OR_RETURN(
+      const Selection selection,
+      selector_->Select(d.problem, d.forced_variant, select));
+  call.metrics().VariantSelected(selection);
+  Operands operands = d.operands;
+  // Outputs kept as handles: committed only when the kernel succeeded.
+  absl::InlinedVector<std::string, 2> created;
+  COALESCE_RETURN_IF_ERROR(PlaceOutputs(caller, d, outputs, operands, created));
   if (absl::Status wanted = CheckWanted(context); !wanted.ok()) {
-    abandon();
+    Abandon(caller, created);
     return wanted;
   }
   RunResult run;
@@ -324,28 +357,20 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
   const absl::Status status =
       backend_->Execute(*selection.variant, d.problem, operands, &run);
   if (!status.ok()) {
-    abandon();
+    Abandon(caller, created);
     PublishHealth();
     return status;
   }
-  // A region its client shrank during the kernel read zeros for the lost
-  // pages (mapping_guard.h): the result is not the op's.
-  for (const auto& region : d.shared_memory) {
-    if (absl::Status alive = region->CheckAlive(); !alive.ok()) {
-      abandon();
-      return alive;
-    }
-  }
-  for (const std::string& handle : created) {
-    COALESCE_RETURN_IF_ERROR(tensors_->Commit(caller.identity, handle));
-  }
+  COALESCE_RETURN_IF_ERROR(Settle(caller, d, created));
   const KernelObservation kernel =
       Observe(backend_->device(), d.problem, *selection.variant, run);
   // A cold run's time includes module loading or plan building: the report
   // says so, the kernel metrics keep only the kernel's own figures.
   if (!run.launch.cold) call.metrics().KernelRan(kernel);
+  call.metrics().LaunchServed(OpOf(d.problem), 1);
   if (report != nullptr) {
     FillReport(*backend_, d.problem, selection, kernel, report);
+    report->set_batch_size(1);
   }
   return absl::OkStatus();
 }
@@ -358,14 +383,50 @@ grpc::ServerUnaryReactor* TensorOpsService::Answer(
 }
 
 // One op call from its handler to its reactor's Finish: shared by the
-// scheduler job's run and reject, of which exactly one finishes it.
+// scheduler job's run, run_batch and reject, of which exactly one finishes
+// it.
 struct TensorOpsService::OpState {
   OpState(ServiceMetrics* metrics, Rpc rpc) : call(metrics, rpc) {}
   Call call;
   Caller caller;
   DecodedRequest d;
   OpSlots slots;
+  grpc::CallbackServerContext* context = nullptr;
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  const google::protobuf::Message* request = nullptr;
+  google::protobuf::Message* response = nullptr;
+
+  void Finish(const absl::Status& status) {
+    grpc::Status answer = call.Finish(status, *request, *response);
+    // The stored tensors and regions the request held are let go before
+    // the client can see the answer (and, say, delete one and list).
+    d = DecodedRequest();
+    reactor->Finish(std::move(answer));
+  }
 };
+
+std::string TensorOpsService::BatchKey(const DecodedRequest& d) const {
+  const OpKind op = OpOf(d.problem);
+  if (!absl::c_linear_search(*config_.batch_ops, op)) return "";
+  const std::optional<StackInfo> info = StackInfoOf(d.problem);
+  if (!info.has_value()) return "";
+  std::string key = absl::StrCat(info->key, "|", d.forced_variant);
+  // Shared inputs must be the same in every request of a batch: the same
+  // stored tensor, or equal bytes (the hash only sorts; RunBatch compares
+  // the bytes).
+  for (size_t i = 0; i < info->input_stacked.size(); ++i) {
+    if (info->input_stacked[i] || d.sizes.inputs[i] == 0) continue;
+    const void* p = d.operands.inputs[i];
+    if (d.operands.input_space(i) == MemorySpace::kResident) {
+      absl::StrAppend(&key, "|r", reinterpret_cast<uintptr_t>(p));
+    } else {
+      absl::StrAppend(&key, "|h",
+                      absl::HashOf(absl::string_view(
+                          static_cast<const char*>(p), d.sizes.inputs[i])));
+    }
+  }
+  return key;
+}
 
 grpc::ServerUnaryReactor* TensorOpsService::StartOp(
     grpc::CallbackServerContext* context, Rpc rpc,
@@ -375,17 +436,13 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
     absl::FunctionRef<OpSlots(const DecodedRequest&)> slots) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto state = std::make_shared<OpState>(metrics_, rpc);
-  const auto finish = [state, reactor, request,
-                       response](const absl::Status& status) {
-    grpc::Status answer = state->call.Finish(status, *request, *response);
-    // The stored tensors and regions the request held are let go before
-    // the client can see the answer (and, say, delete one and list).
-    state->d = DecodedRequest();
-    reactor->Finish(std::move(answer));
-  };
+  state->context = context;
+  state->reactor = reactor;
+  state->request = request;
+  state->response = response;
   absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   if (!caller.ok()) {
-    finish(caller.status());
+    state->Finish(caller.status());
     return reactor;
   }
   state->caller = *std::move(caller);
@@ -393,7 +450,7 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
   // answered without waiting in the queue.
   absl::StatusOr<DecodedRequest> d = decode(plane(state->caller));
   if (!d.ok()) {
-    finish(d.status());
+    state->Finish(d.status());
     return reactor;
   }
   state->d = *std::move(d);
@@ -403,16 +460,154 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
   // What a waiting request holds: its message (inline tensors included).
   job.bytes = static_cast<int64_t>(request->ByteSizeLong());
   job.cancelled = [context] { return context->IsCancelled(); };
-  job.run = [this, state, context, finish](double) mutable {
-    finish(Run(state->call, *context, state->caller, state->d,
-               state->slots.outputs, state->slots.report));
+  job.batch_key = BatchKey(state->d);
+  if (!job.batch_key.empty()) {
+    job.batch_bytes = MinBytesMoved(state->d.problem);
+    job.batch_item = state;
+    job.run_batch = [this](std::vector<Job> batch, std::vector<double>) {
+      RunBatch(std::move(batch));
+    };
+  }
+  job.run = [this, state](double) {
+    state->Finish(Run(state->call, *state->context, state->caller, state->d,
+                      state->slots.outputs, state->slots.report));
   };
-  job.reject = [finish](absl::Status why) mutable { finish(why); };
+  job.reject = [state](absl::Status why) { state->Finish(why); };
   // Full: RESOURCE_EXHAUSTED at once, saying so; shutting down:
   // UNAVAILABLE.
   const absl::Status admitted = scheduler_->Submit(std::move(job));
-  if (!admitted.ok()) finish(admitted);
+  if (!admitted.ok()) state->Finish(admitted);
   return reactor;
+}
+
+namespace {
+
+// Whether b's shared inputs (stacking.h) are a's: the same resident tensor,
+// or host bytes that compare equal.
+bool SameSharedInputs(const DecodedRequest& a, const DecodedRequest& b) {
+  const std::optional<StackInfo> info = StackInfoOf(a.problem);
+  for (size_t i = 0; i < info->input_stacked.size(); ++i) {
+    if (info->input_stacked[i]) continue;
+    if (a.sizes.inputs[i] != b.sizes.inputs[i] ||
+        a.operands.input_space(i) != b.operands.input_space(i)) {
+      return false;
+    }
+    if (a.sizes.inputs[i] == 0 ||
+        a.operands.inputs[i] == b.operands.inputs[i]) {
+      continue;
+    }
+    if (a.operands.input_space(i) == MemorySpace::kResident ||
+        std::memcmp(a.operands.inputs[i], b.operands.inputs[i],
+                    a.sizes.inputs[i]) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void TensorOpsService::RunBatch(std::vector<Job> jobs) {
+  std::vector<std::shared_ptr<OpState>> batch, alone;
+  for (Job& job : jobs) {
+    auto state = std::static_pointer_cast<OpState>(job.batch_item);
+    if (absl::Status wanted = CheckWanted(*state->context); !wanted.ok()) {
+      state->Finish(wanted);
+    } else if (!batch.empty() && !SameSharedInputs(batch[0]->d, state->d)) {
+      alone.push_back(std::move(state));
+    } else {
+      batch.push_back(std::move(state));
+    }
+  }
+  jobs.clear();
+  if (batch.size() > 1 && RunStacked(batch)) batch.clear();
+  // What could not run stacked runs as it would have alone.
+  for (auto* group : {&batch, &alone}) {
+    for (const std::shared_ptr<OpState>& state : *group) {
+      state->Finish(Run(state->call, *state->context, state->caller, state->d,
+                        state->slots.outputs, state->slots.report));
+    }
+  }
+}
+
+bool TensorOpsService::RunStacked(
+    std::vector<std::shared_ptr<OpState>>& batch) {
+  // Selection is the launch's: the stacked problem's, never tuned here
+  // (tuning a shape that only batching makes would time the batch, not the
+  // callers' requests).
+  std::vector<Problem> parts;
+  for (const auto& state : batch) parts.push_back(state->d.problem);
+  Problem merged = Stacked(parts);
+  SelectContext select;
+  select.may_tune = false;
+  const absl::StatusOr<Selection> selection =
+      selector_->Select(merged, batch[0]->d.forced_variant, select);
+  if (!selection.ok()) return false;
+  // Outputs placed per request; one that cannot be placed fails alone.
+  struct Placed {
+    std::shared_ptr<OpState> state;
+    Operands operands;
+    absl::InlinedVector<std::string, 2> created;
+  };
+  std::vector<Placed> placed;
+  for (std::shared_ptr<OpState>& state : batch) {
+    Placed p{state, state->d.operands, {}};
+    absl::Status s = PlaceOutputs(state->caller, state->d, state->slots.outputs,
+                                  p.operands, p.created);
+    if (!s.ok()) {
+      state->Finish(s);
+      continue;
+    }
+    placed.push_back(std::move(p));
+  }
+  batch.clear();
+  if (placed.empty()) return true;
+  std::vector<Operands> operands;
+  parts.clear();
+  for (Placed& p : placed) {
+    parts.push_back(p.state->d.problem);
+    operands.push_back(p.operands);
+  }
+  merged = Stacked(parts);
+  const KernelVariant& variant = *selection->variant;
+  if (!variant.CanImplement(merged, backend_->device()).ok()) {
+    // Smaller than selected for (a placement failed): alone after all.
+    for (Placed& p : placed) {
+      Abandon(p.state->caller, p.created);
+      batch.push_back(std::move(p.state));
+    }
+    return false;
+  }
+  for (Placed& p : placed) {
+    p.state->call.metrics().VariantSelected(*selection);
+    p.state->call.BackendStarted();
+  }
+  RunResult run;
+  const absl::Status status =
+      backend_->ExecuteStacked(variant, merged, parts, operands, &run);
+  if (!status.ok()) {
+    for (Placed& p : placed) {
+      Abandon(p.state->caller, p.created);
+      p.state->Finish(status);
+    }
+    PublishHealth();
+    return true;
+  }
+  const KernelObservation kernel =
+      Observe(backend_->device(), merged, variant, run);
+  if (!run.launch.cold) placed[0].state->call.metrics().KernelRan(kernel);
+  placed[0].state->call.metrics().LaunchServed(OpOf(merged),
+                                               static_cast<int>(placed.size()));
+  for (Placed& p : placed) {
+    OpState& state = *p.state;
+    absl::Status s = Settle(state.caller, state.d, p.created);
+    if (s.ok() && state.slots.report != nullptr) {
+      FillReport(*backend_, merged, *selection, kernel, state.slots.report);
+      state.slots.report->set_batch_size(static_cast<int>(placed.size()));
+    }
+    state.Finish(s);
+  }
+  return true;
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Transpose(

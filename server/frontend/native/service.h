@@ -14,7 +14,9 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
@@ -154,6 +156,33 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                    const Caller& caller, const DecodedRequest& d,
                    absl::Span<v1::Tensor* const> outputs,
                    v1::KernelReport* report);
+  // Where d's outputs go (d.output_targets): each requested output's
+  // response tensor is filled in and operands.outputs points at its memory
+  // (inline: the response's bytes; a handle: a new stored tensor of the
+  // caller's, its handle added to created, or an existing one; shared
+  // memory: already resolved). On error the created tensors are deleted.
+  absl::Status PlaceOutputs(const Caller& caller, const DecodedRequest& d,
+                            absl::Span<v1::Tensor* const> outputs,
+                            Operands& operands,
+                            absl::InlinedVector<std::string, 2>& created);
+  // Deletes the tensors PlaceOutputs created (the kernel failed).
+  void Abandon(const Caller& caller, absl::Span<const std::string> created);
+  // After a successful kernel: checks d's regions survived it and commits
+  // the created tensors (abandons them on error).
+  absl::Status Settle(const Caller& caller, const DecodedRequest& d,
+                      absl::Span<const std::string> created);
+  // The scheduler batch key of d ("" when it runs alone): the stacking key
+  // of its problem, its forced variant and its shared inputs; only for
+  // config_.batch_ops.
+  std::string BatchKey(const DecodedRequest& d) const;
+  // A scheduler batch (Job::run_batch): the requests whose shared inputs
+  // equal the first one's run as one stacked launch; the others, and all of
+  // them when the stacked problem cannot run, run alone. Ends every call.
+  void RunBatch(std::vector<Job> jobs);
+  // Runs batch (two or more requests, shared inputs equal) as one launch
+  // and finishes every call; false, leaving in batch those not yet
+  // finished, when no variant implements the stacked problem.
+  bool RunStacked(std::vector<std::shared_ptr<OpState>>& batch);
   DataPlane plane(const Caller& caller) const {
     return DataPlane{tensors_, shared_memory_, caller.identity};
   }

@@ -751,6 +751,172 @@ TEST_F(ServiceTest, ConcurrentCallersEachGetTheirOwnResult) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+// GELU-LN over the last dimension of x (all parameters present), in double.
+std::vector<double> GeluLnReference(const std::vector<double>& x,
+                                    const std::vector<double>& bias,
+                                    const std::vector<double>& residual,
+                                    const std::vector<double>& gamma,
+                                    const std::vector<double>& beta,
+                                    int64_t hidden, double eps) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / hidden;
+  std::vector<double> h(x.size()), y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const int64_t i = r * hidden + j;
+      h[i] = Gelu(x[i] + bias[j], false) + residual[i];
+      mean += h[i] / hidden;
+    }
+    double var = 0;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const double dev = h[r * hidden + j] - mean;
+      var += dev * dev / hidden;
+    }
+    for (int64_t j = 0; j < hidden; ++j) {
+      const int64_t i = r * hidden + j;
+      y[i] = (h[i] - mean) / std::sqrt(var + eps) * gamma[j] + beta[j];
+    }
+  }
+  return y;
+}
+
+// Many callers at once with batching on for every op, one request running
+// at a time so that the others queue and batch: every caller gets its own
+// result (random data, shapes that stack with each other's, checked against
+// references), and batches did form.
+TEST(ServiceBatchTest, BatchedCallersEachGetTheirOwnResult) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(2);
+  ServerConfig config;
+  config.listen = "";
+  config.max_in_flight = 1;
+  config.batch_ops =
+      std::vector<OpKind>(std::begin(kAllOps), std::end(kAllOps));
+  config.batch_max_delay_us = 2000;
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, backend.get(), "test");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::TensorOps::NewStub((*server)->InProcessChannel({}));
+
+  // Parameters every caller shares, so that their requests stack.
+  constexpr int64_t kHidden = 24, kK = 8, kN = 6;
+  std::mt19937 shared_rng(77);
+  const v1::Tensor bias = FloatTensor({kHidden}, &shared_rng);
+  const v1::Tensor gamma = FloatTensor({kHidden}, &shared_rng);
+  const v1::Tensor beta = FloatTensor({kHidden}, &shared_rng);
+  const v1::Tensor weight = FloatTensor({kK, kN}, &shared_rng);
+
+  constexpr int kThreads = 12, kRequests = 30;
+  std::atomic<int> wrong{0}, failed{0}, batched{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(3000 + t);
+      std::uniform_int_distribution<int64_t> lead(1, 4);
+      for (int i = 0; i < kRequests; ++i) {
+        grpc::ClientContext context;
+        grpc::Status status;
+        bool right = false;
+        int32_t batch_size = 0;
+        switch (rng() % 4) {
+          case 0: {
+            const std::vector<int64_t> shape = {lead(rng), 3, 5};
+            v1::TransposeRequest request;
+            *request.mutable_input() =
+                RandomTensor(shape, v1::DATA_TYPE_FLOAT32, &rng);
+            request.mutable_options()->set_report(true);
+            v1::TransposeResponse response;
+            status = stub->Transpose(&context, request, &response);
+            right = response.output().raw() ==
+                        PermuteReference(request.input().raw(), shape,
+                                         {0, 2, 1}, 4) &&
+                    ShapeOf(response.output()) ==
+                        std::vector<int64_t>{shape[0], 5, 3};
+            batch_size = response.report().batch_size();
+            break;
+          }
+          case 1: {
+            const std::vector<int64_t> shape = {lead(rng), 3, 2, 4};
+            v1::ConvertLayoutRequest request;
+            request.mutable_layouts()->set_from(v1::LAYOUT_NCHW);
+            request.mutable_layouts()->set_to(v1::LAYOUT_NHWC);
+            *request.mutable_input() =
+                RandomTensor(shape, v1::DATA_TYPE_FLOAT16, &rng);
+            request.mutable_options()->set_report(true);
+            v1::ConvertLayoutResponse response;
+            status = stub->ConvertLayout(&context, request, &response);
+            right =
+                response.output().raw() ==
+                PermuteReference(request.input().raw(), shape, {0, 2, 3, 1}, 2);
+            batch_size = response.report().batch_size();
+            break;
+          }
+          case 2: {
+            const int64_t rows = lead(rng);
+            v1::GeluLayerNormRequest request;
+            *request.mutable_x() = FloatTensor({rows, kHidden}, &rng);
+            *request.mutable_residual() = FloatTensor({rows, kHidden}, &rng);
+            *request.mutable_bias() = bias;
+            *request.mutable_gamma() = gamma;
+            *request.mutable_beta() = beta;
+            request.mutable_options()->set_report(true);
+            v1::GeluLayerNormResponse response;
+            status = stub->GeluLayerNorm(&context, request, &response);
+            const std::vector<double> want =
+                GeluLnReference(Doubles(request.x()), Doubles(bias),
+                                Doubles(request.residual()), Doubles(gamma),
+                                Doubles(beta), kHidden, 1e-5);
+            const std::vector<double> got = Doubles(response.y());
+            right = got.size() == want.size();
+            for (size_t j = 0; right && j < got.size(); ++j) {
+              right = std::abs(got[j] - want[j]) < 1e-4;
+            }
+            batch_size = response.report().batch_size();
+            break;
+          }
+          default: {
+            const int64_t m = lead(rng);
+            v1::GemmRequest request;
+            *request.mutable_a() = FloatTensor({m, kK}, &rng);
+            *request.mutable_b() = weight;
+            request.mutable_options()->set_report(true);
+            v1::GemmResponse response;
+            status = stub->Gemm(&context, request, &response);
+            const std::vector<double> a = Doubles(request.a());
+            const std::vector<double> b = Doubles(weight);
+            const std::vector<double> got = Doubles(response.d());
+            right = got.size() == static_cast<size_t>(m * kN) &&
+                    ShapeOf(response.d()) == std::vector<int64_t>{m, kN};
+            for (int64_t r = 0; right && r < m; ++r) {
+              for (int64_t c = 0; c < kN; ++c) {
+                double sum = 0;
+                for (int64_t l = 0; l < kK; ++l) {
+                  sum += a[r * kK + l] * b[l * kN + c];
+                }
+                right = right && std::abs(got[r * kN + c] - sum) < 1e-4;
+              }
+            }
+            batch_size = response.report().batch_size();
+          }
+        }
+        if (!status.ok()) {
+          ++failed;
+          ADD_FAILURE() << status.error_message();
+          continue;
+        }
+        if (!right) ++wrong;
+        EXPECT_GE(batch_size, 1);
+        if (batch_size > 1) ++batched;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  // With one request running at a time and a 2 ms window, most requests
+  // find company.
+  EXPECT_GT(batched.load(), kThreads * kRequests / 4);
+}
+
 // A full device queue answers at once with RESOURCE_EXHAUSTED naming the
 // flag; what was admitted still completes.
 TEST(ServiceQueueTest, AFullQueueRefusesAtOnce) {
