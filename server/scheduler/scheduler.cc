@@ -122,7 +122,11 @@ void Scheduler::FillBatchLocked(std::vector<Waiting>& batch) {
     const auto arrived = [this, seen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       return submissions_ != seen || draining_;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) return;
+    ++fillers_;
+    const bool more =
+        mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline);
+    --fillers_;
+    if (!more) return;
   }
 }
 

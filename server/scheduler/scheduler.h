@@ -145,7 +145,7 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   bool WorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !turns_.empty() || stopping_;
+    return (!turns_.empty() && fillers_ == 0) || stopping_;
   }
   bool NothingWaits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return turns_.empty();
@@ -163,6 +163,10 @@ class Scheduler {
   std::deque<std::string> turns_ ABSL_GUARDED_BY(mu_);
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers waiting for their batch to fill: the others start nothing
+  // meanwhile, so that arrivals join that batch instead of each starting
+  // a batch of its own (the wait is at most batch_max_delay).
+  int fillers_ ABSL_GUARDED_BY(mu_) = 0;
   // Jobs submitted so far: a batch that waits for more watches it.
   int64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -742,6 +742,23 @@ TEST(SchedulerBatchTest, ADelayGathersJobsThatArriveWithinIt) {
               ::testing::ElementsAre(::testing::ElementsAre(0, 1, 2)));
 }
 
+TEST(SchedulerBatchTest, WhileABatchFillsOtherWorkersLeaveArrivalsToIt) {
+  SchedulerOptions options;
+  options.max_in_flight = 4;
+  options.batch_max_requests = 6;
+  options.batch_max_delay = absl::Seconds(30);  // ended by the sixth job
+  BatchLog log;
+  Scheduler scheduler("cpu:0", options);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(scheduler.Submit(Batchable("x", "k", i, 1, &log)).ok());
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+  absl::MutexLock lock(&log.mu);
+  EXPECT_THAT(log.starts,
+              ::testing::ElementsAre(::testing::ElementsAre(0, 1, 2, 3, 4, 5)));
+}
+
 TEST(SchedulerBatchTest, BatchingOffStartsEachJobAlone) {
   SchedulerOptions options;
   options.max_in_flight = 1;
