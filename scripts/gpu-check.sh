@@ -44,8 +44,12 @@
 #             ratio from its /metrics; requests-*.txt/json and the server's
 #             /metrics after each group; with batching on (the server's
 #             default) and off (--batch_ops=none: the cases at concurrency
-#             64 and up, files *-batch-off.*; REQUESTS_BATCHING=on keeps
-#             one) (REQUESTS_SERVER: another coalesce-server binary;
+#             64 and up, files *-batch-off.*); REQUESTS_BATCHING lists the
+#             modes (default "on off"; "delay": batching with
+#             --batch_max_delay_us=REQUESTS_BATCH_DELAY_US, default 300,
+#             files *-batch-delay.*); REQUESTS_CASES: case names to run
+#             (t64k,t1k,t16m,ln16,t128) (REQUESTS_SERVER: another
+#             coalesce-server binary;
 #             REQUESTS_FLAGS: its flags;
 #             REQUESTS_TRANSPORTS: the transports; REQUESTS_DURATION:
 #             seconds per phase, default 2)
@@ -266,9 +270,13 @@ if has requests; then
   # wait together and batching can change the figures.
   for batching in ${REQUESTS_BATCHING:-on off}; do
     suffix= batch_flags=
-    if [ "$batching" = off ]; then
-      suffix=-batch-off batch_flags=--batch_ops=none
-    fi
+    case $batching in
+      off) suffix=-batch-off batch_flags=--batch_ops=none ;;
+      delay)
+        suffix=-batch-delay
+        batch_flags=--batch_max_delay_us=${REQUESTS_BATCH_DELAY_US:-300}
+        ;;
+    esac
     : >"$out/server$suffix.out"
     # shellcheck disable=SC2086  # REQUESTS_FLAGS: words
     "$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
@@ -289,7 +297,11 @@ if has requests; then
       trs=$(tr , '\n' <<<"$trs" | grep -xF -f <(tr , '\n' <<<"$transports") |
         paste -sd, -)
       [ -n "$trs" ] || continue
-      if [ "$batching" = off ]; then
+      if [ -n "${REQUESTS_CASES:-}" ] &&
+        ! tr , '\n' <<<"$REQUESTS_CASES" | grep -qxF "$name"; then
+        continue
+      fi
+      if [ "$batching" != on ]; then
         conc=$(tr , '\n' <<<"$conc" | awk '$1 >= 64' | paste -sd, -)
         [ -n "$conc" ] || continue
       fi

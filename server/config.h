@@ -84,6 +84,10 @@ struct ServerConfig {
   // for more to arrive (0: takes what already waits). batch_ops unset: the
   // backend's default (BatchedOpsByDefault).
   std::optional<std::vector<OpKind>> batch_ops;
+  // Batch only requests whose stacked inputs are in host memory (inline or
+  // shared memory): set by the backend's default, where a batch of device
+  // handles measured no faster (it adds a gather and a scatter launch).
+  bool batch_host_inputs_only = false;
   int batch_max_requests = 64;
   int64_t batch_max_bytes = int64_t{4} << 20;
   int64_t batch_max_delay_us = 0;

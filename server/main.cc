@@ -145,7 +145,8 @@ ABSL_FLAG(std::string, batch_ops, "auto",
           "along N, GELU-LN rows of one H and parameters, GEMMs sharing B): "
           "a comma-separated list of transpose, convert_layout, "
           "gelu_layer_norm, gemm; none; or auto (the backend's measured "
-          "default)");
+          "default: on a GPU, requests of the first three with their inputs "
+          "in host memory)");
 ABSL_FLAG(int32_t, batch_max_requests, 64, "requests in one batch, at most");
 ABSL_FLAG(int64_t, batch_max_bytes, int64_t{4} << 20,
           "operand bytes of one batch, at most (a larger request runs alone)");

@@ -70,9 +70,10 @@ struct RunningServer {
 };
 
 // The ops whose requests a server on a backend of this kind batches when
-// --batch_ops is auto: those where batched launches measured faster
-// (docs/PERFORMANCE.md). None on the CPU, whose kernels already spread one
-// request over every core.
+// --batch_ops is auto (then only requests with their inputs in host memory:
+// ServerConfig::batch_host_inputs_only): where batched launches measured
+// faster (docs/PERFORMANCE.md). None on the CPU, whose kernels already
+// spread one request over every core.
 std::vector<OpKind> BatchedOpsByDefault(BackendKind kind);
 
 // Starts a server on config.listen serving backend (not owned; it must

@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -718,6 +720,71 @@ TEST_F(ResidentDataPlaneTest, MixedOperandsKeepTheirSpaces) {
   EXPECT_THAT(backend_.output_spaces(), ElementsAre(kHost));
   EXPECT_EQ(got->d().raw(), want->d().raw());
   EXPECT_EQ(backend_.bytes_from_resident(), 0);
+}
+
+// With batching limited to host inputs (what --batch_ops=auto does on a
+// GPU), requests on stored tensors run alone while inline ones batch; all
+// results exact.
+TEST(DataPlaneBatchTest, HostInputsOnlyLeavesStoredInputsAlone) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(2);
+  ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.max_in_flight = 1;
+  config.batch_ops = std::vector<OpKind>{OpKind::kTranspose};
+  config.batch_host_inputs_only = true;
+  config.batch_max_delay_us = 2000;
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, backend.get(), "test");
+  ASSERT_TRUE(server.ok()) << server.status();
+  constexpr int kThreads = 6, kRequests = 12;
+  std::atomic<int> wrong{0}, failed{0}, inline_batched{0}, stored_batched{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ClientOptions o;
+      o.server = absl::StrCat("127.0.0.1:", (*server)->port);
+      o.client_id = absl::StrCat("caller", t);
+      absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
+      if (!c.ok()) {
+        ++failed;
+        return;
+      }
+      for (int i = 0; i < kRequests; ++i) {
+        const std::string x = RandomFloats(8 * 6, 100 * t + i);
+        const bool stored = i % 2 == 0;
+        v1::TransposeRequest request;
+        if (stored) {
+          absl::StatusOr<v1::TensorInfo> in =
+              (*c)->PutTensor(v1::DATA_TYPE_FLOAT32, {8, 6}, x);
+          if (!in.ok()) {
+            ++failed;
+            continue;
+          }
+          request.mutable_input()->set_handle(in->handle());
+        } else {
+          SetInlineMatrix(request.mutable_input(), 8, 6, x);
+        }
+        request.mutable_options()->set_report(true);
+        absl::StatusOr<v1::TransposeResponse> r = (*c)->Transpose(request);
+        if (!r.ok()) {
+          ++failed;
+          continue;
+        }
+        if (r->output().raw() != TransposeReference(x, 8, 6)) ++wrong;
+        if (r->report().batch_size() > 1) {
+          ++(stored ? stored_batched : inline_batched);
+        }
+        if (stored) {
+          (*c)->DeleteTensor(request.input().handle()).IgnoreError();
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(stored_batched.load(), 0);
+  EXPECT_GT(inline_batched.load(), 0);
 }
 
 }  // namespace

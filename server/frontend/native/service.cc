@@ -410,6 +410,14 @@ std::string TensorOpsService::BatchKey(const DecodedRequest& d) const {
   if (!absl::c_linear_search(*config_.batch_ops, op)) return "";
   const std::optional<StackInfo> info = StackInfoOf(d.problem);
   if (!info.has_value()) return "";
+  if (config_.batch_host_inputs_only) {
+    for (size_t i = 0; i < info->input_stacked.size(); ++i) {
+      if (info->input_stacked[i] &&
+          d.operands.input_space(i) == MemorySpace::kResident) {
+        return "";
+      }
+    }
+  }
   std::string key = absl::StrCat(info->key, "|", d.forced_variant);
   // Shared inputs must be the same in every request of a batch: the same
   // stored tensor, or equal bytes (the hash only sorts; RunBatch compares
