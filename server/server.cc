@@ -227,6 +227,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   ServerConfig service_config = config;
   if (!service_config.batch_ops.has_value()) {
     service_config.batch_ops = BatchedOpsByDefault(backend->kind());
+    service_config.batch_host_inputs_only = true;
   }
   // No op batched: the scheduler never waits for a batch to fill.
   scheduling.batch_max_requests =
@@ -238,8 +239,11 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     for (OpKind op : *service_config.batch_ops) {
       names.emplace_back(OpName(op));
     }
-    spdlog::info("batching: {} (up to {} requests, {} bytes, {} us delay)",
+    spdlog::info("batching: {}{} (up to {} requests, {} bytes, {} us delay)",
                  names.empty() ? std::string("off") : absl::StrJoin(names, ","),
+                 service_config.batch_host_inputs_only && !names.empty()
+                     ? " for requests with their inputs in host memory"
+                     : "",
                  config.batch_max_requests, config.batch_max_bytes,
                  config.batch_max_delay_us);
   }
