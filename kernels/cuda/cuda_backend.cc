@@ -414,13 +414,13 @@ class CudaBackend final : public Backend {
     cuda::DeviceBuffers bufs{l.stream, {}};
     Operands dev;
     // Host slices that did not fit the staging fill: staged one by one.
-    struct Staged {
-      void* device;
-      const void* in;
-      void* out;
-      size_t bytes;
+    std::vector<HostSlice> stage_in, stage_out;
+    const auto stage_all = [](absl::Span<const std::vector<HostSlice>> host,
+                              std::vector<HostSlice>& staged) {
+      for (const std::vector<HostSlice>& slices : host) {
+        staged.insert(staged.end(), slices.begin(), slices.end());
+      }
     };
-    std::vector<Staged> stage_in, stage_out;
     StagingFill in_fill, out_fill;
     std::vector<cuda::CopySegment> gather, scatter;
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.h2d_start, l.stream));
@@ -451,13 +451,7 @@ class CudaBackend final : public Backend {
     COALESCE_ASSIGN_OR_RETURN(
         const bool inputs_fit,
         PlanFill(host_in, /*to_device=*/true, bufs, in_fill, gather));
-    if (!inputs_fit) {
-      for (const std::vector<HostSlice>& slices : host_in) {
-        for (const HostSlice& s : slices) {
-          stage_in.push_back({s.merged, s.in, nullptr, s.bytes});
-        }
-      }
-    }
+    if (!inputs_fit) stage_all(host_in, stage_in);
     for (size_t i = 0; i < msizes.inputs.size(); ++i) {
       const int64_t n = msizes.inputs[i];
       if (info.input_stacked[i] || n == 0) continue;
@@ -473,10 +467,7 @@ class CudaBackend final : public Backend {
       COALESCE_ASSIGN_OR_RETURN(
           const bool fits, PlanFill(absl::MakeConstSpan(&shared, 1),
                                     /*to_device=*/true, bufs, in_fill, gather));
-      if (!fits) {
-        stage_in.push_back(
-            {d, operands[0].inputs[i], nullptr, static_cast<size_t>(n)});
-      }
+      if (!fits) stage_in.push_back(shared[0]);
     }
 
     // Outputs: merged buffers, sliced back to the parts that want them.
@@ -501,20 +492,14 @@ class CudaBackend final : public Backend {
     COALESCE_ASSIGN_OR_RETURN(
         const bool outputs_fit,
         PlanFill(host_out, /*to_device=*/false, bufs, out_fill, scatter));
-    if (!outputs_fit) {
-      for (const std::vector<HostSlice>& slices : host_out) {
-        for (const HostSlice& s : slices) {
-          stage_out.push_back({s.merged, nullptr, s.out, s.bytes});
-        }
-      }
-    }
+    if (!outputs_fit) stage_all(host_out, stage_out);
 
     // Host to device. StageIn alternates the staging buffers from the
     // first; the fill takes the one it did not use last, whose copy is the
     // earlier one, and waits for that copy as StageIn would.
     int last_staged = -1;
-    for (const Staged& s : stage_in) {
-      COALESCE_RETURN_IF_ERROR(cuda::StageIn(l, s.device, s.in, s.bytes));
+    for (const HostSlice& s : stage_in) {
+      COALESCE_RETURN_IF_ERROR(cuda::StageIn(l, s.merged, s.in, s.bytes));
       last_staged =
           static_cast<int>(((s.bytes - 1) / cuda::kStagingChunkBytes) & 1);
     }
@@ -557,8 +542,8 @@ class CudaBackend final : public Backend {
       COALESCE_CUDA_RETURN_IF_ERROR(
           cudaEventRecord(l.staging_free[0], l.stream));
     }
-    for (const Staged& s : stage_out) {
-      COALESCE_RETURN_IF_ERROR(cuda::StageOut(l, s.out, s.device, s.bytes));
+    for (const HostSlice& s : stage_out) {
+      COALESCE_RETURN_IF_ERROR(cuda::StageOut(l, s.out, s.merged, s.bytes));
     }
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.d2h_stop, l.stream));
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.d2h_stop));

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/core/permute.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_test_fixture.h"
 #include "kernels/cuda/runtime/device_util.h"
 #include "kernels/cuda/transpose/internal.h"
 #include "kernels/testing/conformance.h"
@@ -27,28 +28,7 @@
 namespace coalesce {
 namespace {
 
-class CudaConformance : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(0);
-    if (b.ok()) {
-      backend_ = std::move(*b).release();
-    } else {
-      skip_reason_ = new std::string(b.status().ToString());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete backend_;
-    backend_ = nullptr;
-  }
-  void SetUp() override {
-    if (backend_ == nullptr) GTEST_SKIP() << "no GPU: " << *skip_reason_;
-  }
-  static Backend* backend_;
-  static std::string* skip_reason_;
-};
-Backend* CudaConformance::backend_ = nullptr;
-std::string* CudaConformance::skip_reason_ = nullptr;
+class CudaConformance : public CudaBackendTest {};
 
 // n bytes of a linear congruential sequence continued from state.
 std::string RandomBytes(int64_t n, uint32_t& state) {

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/core/stacking.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_test_fixture.h"
 #include "kernels/cuda/runtime/batch_copy.h"
 #include "kernels/cuda/runtime/lane_pool.h"
 #include "kernels/testing/conformance.h"
@@ -29,28 +30,7 @@
 namespace coalesce {
 namespace {
 
-class CudaStacked : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(0);
-    if (b.ok()) {
-      backend_ = std::move(*b).release();
-    } else {
-      skip_reason_ = new std::string(b.status().ToString());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete backend_;
-    backend_ = nullptr;
-  }
-  void SetUp() override {
-    if (backend_ == nullptr) GTEST_SKIP() << "no GPU: " << *skip_reason_;
-  }
-  static Backend* backend_;
-  static std::string* skip_reason_;
-};
-Backend* CudaStacked::backend_ = nullptr;
-std::string* CudaStacked::skip_reason_ = nullptr;
+class CudaStacked : public CudaBackendTest {};
 
 using Bytes = std::vector<unsigned char>;
 

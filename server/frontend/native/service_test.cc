@@ -326,8 +326,38 @@ double Gelu(double v, bool tanh_approx) {
   return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
 }
 
+// GELU-LN over the last dimension of x (every parameter present), in
+// double: y, and h (the pre-norm values) when h is not null.
+std::vector<double> GeluLnReference(
+    const std::vector<double>& x, const std::vector<double>& bias,
+    const std::vector<double>& residual, const std::vector<double>& gamma,
+    const std::vector<double>& beta, int64_t hidden, double eps,
+    bool tanh_approx, std::vector<double>* h_out = nullptr) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / hidden;
+  std::vector<double> h(x.size()), y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const int64_t i = r * hidden + j;
+      h[i] = Gelu(x[i] + bias[j], tanh_approx) + residual[i];
+      mean += h[i] / hidden;
+    }
+    double var = 0;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const double dev = h[r * hidden + j] - mean;
+      var += dev * dev / hidden;
+    }
+    for (int64_t j = 0; j < hidden; ++j) {
+      const int64_t i = r * hidden + j;
+      y[i] = (h[i] - mean) / std::sqrt(var + eps) * gamma[j] + beta[j];
+    }
+  }
+  if (h_out != nullptr) *h_out = std::move(h);
+  return y;
+}
+
 TEST_F(ServiceTest, GeluLayerNormMatchesDoubleReference) {
-  const int64_t rows = 6, hidden = 40;
+  const int64_t hidden = 40;  // x is [2, 3, hidden]
   for (bool tanh_approx : {false, true}) {
     SCOPED_TRACE(tanh_approx ? "tanh" : "exact");
     v1::GeluLayerNormRequest request;
@@ -346,29 +376,11 @@ TEST_F(ServiceTest, GeluLayerNormMatchesDoubleReference) {
         stub_->GeluLayerNorm(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
 
-    const std::vector<double> x = Doubles(request.x());
-    const std::vector<double> bias = Doubles(request.bias());
-    const std::vector<double> residual = Doubles(request.residual());
-    const std::vector<double> gamma = Doubles(request.gamma());
-    const std::vector<double> beta = Doubles(request.beta());
-    std::vector<double> h(rows * hidden), y(rows * hidden);
-    for (int64_t r = 0; r < rows; ++r) {
-      double mean = 0;
-      for (int64_t j = 0; j < hidden; ++j) {
-        const int64_t i = r * hidden + j;
-        h[i] = Gelu(x[i] + bias[j], tanh_approx) + residual[i];
-        mean += h[i] / hidden;
-      }
-      double var = 0;
-      for (int64_t j = 0; j < hidden; ++j) {
-        const double dev = h[r * hidden + j] - mean;
-        var += dev * dev / hidden;
-      }
-      for (int64_t j = 0; j < hidden; ++j) {
-        const int64_t i = r * hidden + j;
-        y[i] = (h[i] - mean) / std::sqrt(var + 1e-3) * gamma[j] + beta[j];
-      }
-    }
+    std::vector<double> h;
+    const std::vector<double> y =
+        GeluLnReference(Doubles(request.x()), Doubles(request.bias()),
+                        Doubles(request.residual()), Doubles(request.gamma()),
+                        Doubles(request.beta()), hidden, 1e-3, tanh_approx, &h);
     EXPECT_EQ(ShapeOf(response.y()), (std::vector<int64_t>{2, 3, hidden}));
     EXPECT_EQ(ShapeOf(response.h()), (std::vector<int64_t>{2, 3, hidden}));
     ExpectNear(Doubles(response.y()), y, 1e-4);
@@ -751,35 +763,6 @@ TEST_F(ServiceTest, ConcurrentCallersEachGetTheirOwnResult) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-// GELU-LN over the last dimension of x (all parameters present), in double.
-std::vector<double> GeluLnReference(const std::vector<double>& x,
-                                    const std::vector<double>& bias,
-                                    const std::vector<double>& residual,
-                                    const std::vector<double>& gamma,
-                                    const std::vector<double>& beta,
-                                    int64_t hidden, double eps) {
-  const int64_t rows = static_cast<int64_t>(x.size()) / hidden;
-  std::vector<double> h(x.size()), y(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    double mean = 0;
-    for (int64_t j = 0; j < hidden; ++j) {
-      const int64_t i = r * hidden + j;
-      h[i] = Gelu(x[i] + bias[j], false) + residual[i];
-      mean += h[i] / hidden;
-    }
-    double var = 0;
-    for (int64_t j = 0; j < hidden; ++j) {
-      const double dev = h[r * hidden + j] - mean;
-      var += dev * dev / hidden;
-    }
-    for (int64_t j = 0; j < hidden; ++j) {
-      const int64_t i = r * hidden + j;
-      y[i] = (h[i] - mean) / std::sqrt(var + eps) * gamma[j] + beta[j];
-    }
-  }
-  return y;
-}
-
 // Many callers at once with batching on for every op, one request running
 // at a time so that the others queue and batch: every caller gets its own
 // result (random data, shapes that stack with each other's, checked against
@@ -864,7 +847,7 @@ TEST(ServiceBatchTest, BatchedCallersEachGetTheirOwnResult) {
             const std::vector<double> want =
                 GeluLnReference(Doubles(request.x()), Doubles(bias),
                                 Doubles(request.residual()), Doubles(gamma),
-                                Doubles(beta), kHidden, 1e-5);
+                                Doubles(beta), kHidden, 1e-5, false);
             const std::vector<double> got = Doubles(response.y());
             right = got.size() == want.size();
             for (size_t j = 0; right && j < got.size(); ++j) {
