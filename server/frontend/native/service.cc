@@ -63,9 +63,10 @@ KernelObservation Observe(const DeviceInfo& dev, const Problem& p,
   return k;
 }
 
+// batch_size: the requests the launch served (KernelReport.batch_size).
 void FillReport(const Backend& backend, const Problem& p,
                 const Selection& selection, const KernelObservation& k,
-                v1::KernelReport* report) {
+                int batch_size, v1::KernelReport* report) {
   const DeviceInfo& dev = backend.device();
   const RunResult& run = k.run;
   report->set_variant(std::string(selection.variant->name()));
@@ -84,6 +85,7 @@ void FillReport(const Backend& backend, const Problem& p,
   report->set_selection_source(selection.source);
   report->set_selection_reason(selection.reason);
   report->set_cold_start(run.launch.cold);
+  report->set_batch_size(batch_size);
   // CPU variants launch nothing; an all-zero launch would only mislead.
   if (run.launch.launches > 0) {
     v1::LaunchConfig* launch = report->mutable_launch();
@@ -363,16 +365,23 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
   }
   COALESCE_RETURN_IF_ERROR(Settle(caller, d, created));
   const KernelObservation kernel =
-      Observe(backend_->device(), d.problem, *selection.variant, run);
+      LaunchDone(call, d.problem, *selection.variant, run, 1);
+  if (report != nullptr) {
+    FillReport(*backend_, d.problem, selection, kernel, 1, report);
+  }
+  return absl::OkStatus();
+}
+
+KernelObservation TensorOpsService::LaunchDone(Call& call, const Problem& p,
+                                               const KernelVariant& variant,
+                                               const RunResult& run,
+                                               int requests) {
+  const KernelObservation kernel = Observe(backend_->device(), p, variant, run);
   // A cold run's time includes module loading or plan building: the report
   // says so, the kernel metrics keep only the kernel's own figures.
   if (!run.launch.cold) call.metrics().KernelRan(kernel);
-  call.metrics().LaunchServed(OpOf(d.problem), 1);
-  if (report != nullptr) {
-    FillReport(*backend_, d.problem, selection, kernel, report);
-    report->set_batch_size(1);
-  }
-  return absl::OkStatus();
+  call.metrics().LaunchServed(OpOf(p), requests);
+  return kernel;
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Answer(
@@ -601,17 +610,15 @@ bool TensorOpsService::RunStacked(
     PublishHealth();
     return true;
   }
+  const int requests = static_cast<int>(placed.size());
   const KernelObservation kernel =
-      Observe(backend_->device(), merged, variant, run);
-  if (!run.launch.cold) placed[0].state->call.metrics().KernelRan(kernel);
-  placed[0].state->call.metrics().LaunchServed(OpOf(merged),
-                                               static_cast<int>(placed.size()));
+      LaunchDone(placed[0].state->call, merged, variant, run, requests);
   for (Placed& p : placed) {
     OpState& state = *p.state;
     absl::Status s = Settle(state.caller, state.d, p.created);
     if (s.ok() && state.slots.report != nullptr) {
-      FillReport(*backend_, merged, *selection, kernel, state.slots.report);
-      state.slots.report->set_batch_size(static_cast<int>(placed.size()));
+      FillReport(*backend_, merged, *selection, kernel, requests,
+                 state.slots.report);
     }
     state.Finish(s);
   }

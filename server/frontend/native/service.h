@@ -165,6 +165,11 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                             absl::Span<v1::Tensor* const> outputs,
                             Operands& operands,
                             absl::InlinedVector<std::string, 2>& created);
+  // After a successful launch that served `requests` requests: its figures,
+  // reported once to the metrics (through call) for the kernel report(s).
+  KernelObservation LaunchDone(Call& call, const Problem& p,
+                               const KernelVariant& variant,
+                               const RunResult& run, int requests);
   // Deletes the tensors PlaceOutputs created (the kernel failed).
   void Abandon(const Caller& caller, absl::Span<const std::string> created);
   // After a successful kernel: checks d's regions survived it and commits
