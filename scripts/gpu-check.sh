@@ -53,6 +53,19 @@
 #             REQUESTS_FLAGS: its flags;
 #             REQUESTS_TRANSPORTS: the transports; REQUESTS_DURATION:
 #             seconds per phase, default 2)
+#   latency   where a lone request's time goes: a fresh server per
+#             transport (inline, handle, pipeline) and size (1 KiB, 64 KiB),
+#             coalesce-bench service at concurrency 1, then the server's
+#             mean stage times (bench/request_profile.py stages); with
+#             Nsight Systems present, the 64 KiB inline case again under
+#             nsys (CUDA API and OS runtime summaries, latency-nsys-*)
+#   busy      coalesce_device_busy_ratio against Nsight Systems: a server
+#             under nsys, 16 MiB transposes on handles at concurrency 64
+#             64 KiB ones pipelined at 64 and GELU-LN [16,1024] pipelined
+#             at 256; the server's busy ratio over the timed phase beside
+#             nsys' kernel sum and union over the same length
+#             (bench/request_profile.py busy; skipped without nsys) and
+#             nvidia-smi's utilization sampled every 100 ms; busy-*.txt
 #   tune      the selection quality sweep: a server on this GPU, `coalesce tune`
 #             over TUNE_SHAPES (default 200) random shapes per op: heuristic
 #             only (training shapes, seed 7, whose table is shipped); cold,
@@ -326,6 +339,120 @@ EOF
     kill "$server_pid"
     wait "$server_pid" 2>/dev/null
   done
+fi
+# Nsight Systems, where the machine has it (not always on the PATH; the
+# copy inside Nsight Compute's folder last).
+find_nsys() {
+  command -v nsys && return
+  local all
+  all=$(find /opt/nvidia /usr/local -name nsys -type f -perm -u+x 2>/dev/null)
+  grep -v target-linux <<<"$all" | grep -m 1 . || grep -m 1 . <<<"$all"
+}
+# A server under "$@" (a wrapper, or nothing) with the flags in the array
+# server_flags, its ports in $port/$mport.
+server_flags=()
+serve_profiled() {
+  : >"$out/server.out"
+  "$@" "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+    ${server_flags[@]+"${server_flags[@]}"} \
+    >"$out/server.out" 2>>"$out/server.log" &
+  server_pid=$!
+  port= mport=
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+    mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+    [ -n "$port" ] && [ -n "$mport" ] && break
+    sleep 0.2
+  done
+}
+# SIGTERM to the server itself (under nsys, the wrapper's child), then wait
+# for the wrapper, which writes its report.
+stop_profiled() {
+  pkill -TERM -f "^$bin/coalesce-server " || kill "$server_pid"
+  wait "$server_pid" 2>/dev/null
+}
+scrape() {
+  python3 -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+    "http://127.0.0.1:$mport/metrics"
+}
+nsys_bin=
+if has latency || has busy; then
+  nsys_bin=$(find_nsys)
+  echo "Nsight Systems: ${nsys_bin:-not found}"
+  find /opt/nvidia /usr/local -name 'QdstrmImporter*' 2>/dev/null | head -n 2
+fi
+if has latency; then
+  echo "== latency (concurrency 1, a fresh server per case)"
+  for bytes in 1024 65536; do
+    for tr in inline handle pipeline; do
+      name=lat-$tr-$bytes
+      serve_profiled
+      "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
+        --metrics="127.0.0.1:$mport" --op=transpose --transport="$tr" \
+        --bytes="$bytes" --concurrency=1 --duration_s=2 --warmup_s=0.5 \
+        --json="$out/$name.json" 2>/dev/null | tee "$out/$name.txt" || status=1
+      scrape >"$out/$name.metrics" || true
+      python3 bench/request_profile.py stages "$out/$name.metrics" |
+        tee -a "$out/$name.txt"
+      stop_profiled
+    done
+  done
+  if [ -n "$nsys_bin" ]; then
+    serve_profiled "$nsys_bin" profile -t cuda,osrt --sample=none \
+      --cpuctxsw=none -o "$out/latency-nsys" --force-overwrite true
+    "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
+      --op=transpose --transport=inline --bytes=65536 --concurrency=1 \
+      --duration_s=2 --warmup_s=0.5 2>/dev/null |
+      tee "$out/latency-nsys.txt"
+    stop_profiled
+    "$nsys_bin" stats -q -r cuda_api_sum,osrt_sum -f csv \
+      -o "$out/latency-nsys" "$out/latency-nsys.nsys-rep" >/dev/null 2>&1
+    "$nsys_bin" stats -q -r cuda_api_trace -f csv \
+      -o "$out/latency-nsys" "$out/latency-nsys.nsys-rep" >/dev/null 2>&1
+    gzip -f "$out"/latency-nsys_cuda_api_trace.csv 2>/dev/null
+    rm -f "$out/latency-nsys.sqlite"
+  fi
+fi
+if has busy; then
+  echo "== GPU busy: the server's ratio against Nsight Systems and nvidia-smi"
+  [ -n "$nsys_bin" ] || echo "busy: Nsight Systems not found; nvidia-smi only"
+  # name transport bytes concurrency [shape] [op]
+  while read -r name tr bytes conc shape op; do
+    wrap=()
+    [ -z "$nsys_bin" ] || wrap=("$nsys_bin" profile -t cuda --sample=none \
+      --cpuctxsw=none -o "$out/busy-$name" --force-overwrite true)
+    serve_profiled ${wrap[@]+"${wrap[@]}"}
+    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
+      -lms 100 >"$out/busy-$name-smi.csv" &
+    smi_pid=$!
+    "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
+      --metrics="127.0.0.1:$mport" --op="${op:-transpose}" --transport="$tr" \
+      --bytes="$bytes" --concurrency="$conc" --duration_s=3 --warmup_s=0.5 \
+      ${shape:+--shape=$shape} --json="$out/busy-$name.json" 2>/dev/null |
+      tee "$out/busy-$name.txt" || status=1
+    kill "$smi_pid"
+    stop_profiled
+    # The samples while kernels ran (the bench's warm-up and phase).
+    awk '$1 > 0 { s += $1; n++ } END { if (n) printf "nvidia-smi utilization.gpu, mean of %d nonzero 100 ms samples: %.1f%%\n", n, s / n }' \
+      "$out/busy-$name-smi.csv" | tee -a "$out/busy-$name.txt"
+    [ -n "$nsys_bin" ] || continue
+    ls "$out"/busy-"$name".* | tee -a "$out/busy-$name.txt"
+    "$nsys_bin" stats -q -r cuda_gpu_trace -f csv -o "$out/busy-$name" \
+      "$out/busy-$name.nsys-rep" >>"$out/busy-$name.txt" 2>&1
+    read -r seconds server_busy < <(python3 -c 'import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["results"] if r["op"] != "echo"]
+print(rows[-1]["seconds"], rows[-1]["server_busy"])' "$out/busy-$name.json")
+    python3 bench/request_profile.py busy "$out/busy-${name}_cuda_gpu_trace.csv" \
+      --window="$seconds" --server_busy="$server_busy" |
+      tee -a "$out/busy-$name.txt"
+    gzip -f "$out/busy-${name}_cuda_gpu_trace.csv"
+    rm -f "$out/busy-$name.sqlite"
+  done <<EOF
+t16m handle 16777216 64
+t64k pipeline 65536 64
+ln16 pipeline 65536 256 16,1024 gelu-ln
+EOF
 fi
 if has ab; then
   echo "== builds side by side"
