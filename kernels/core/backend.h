@@ -31,6 +31,9 @@ struct RunResult {
   // operands are not staged (0 on CPU).
   double h2d_seconds = 0;
   double d2h_seconds = 0;
+  // The call's wait for a free stream (GPU lane) before any of its work was
+  // queued; 0 on the CPU.
+  double stream_wait_seconds = 0;
   LaunchInfo launch;
   // Device counters of the variant's kernels, read by a profiler on the
   // launches that Backend::EnableProfileSampling picks. On a sampled run

@@ -228,13 +228,16 @@ class CudaBackend final : public Backend {
 
   absl::Status Execute(const KernelVariant& v, const Problem& p,
                        const Operands& operands, RunResult* result) override {
-    return lanes_.OnLane([&](Lane& l) {
-      absl::Status s = ExecuteOnLane(l, v, p, operands, result);
-      // A failed call may leave work queued that writes resident outputs,
-      // which the caller frees (on another stream) once this returns.
-      if (!s.ok()) cudaStreamSynchronize(l.stream);
-      return s;
-    });
+    return lanes_.OnLane(
+        [&](Lane& l) {
+          absl::Status s = ExecuteOnLane(l, v, p, operands, result);
+          // A failed call may leave work queued that writes resident
+          // outputs, which the caller frees (on another stream) once this
+          // returns.
+          if (!s.ok()) cudaStreamSynchronize(l.stream);
+          return s;
+        },
+        result != nullptr ? &result->stream_wait_seconds : nullptr);
   }
 
   absl::Status ExecuteStacked(const KernelVariant& v, const Problem& merged,
@@ -251,12 +254,14 @@ class CudaBackend final : public Backend {
                               StackedSizes(merged, *info, parts, operands));
     // One part is merged itself: its resident operands serve in place.
     if (parts.size() == 1) return Execute(v, merged, operands[0], result);
-    return lanes_.OnLane([&](Lane& l) {
-      absl::Status s =
-          ExecuteStackedOnLane(l, v, merged, *info, sizes, operands, result);
-      if (!s.ok()) cudaStreamSynchronize(l.stream);
-      return s;
-    });
+    return lanes_.OnLane(
+        [&](Lane& l) {
+          absl::Status s = ExecuteStackedOnLane(l, v, merged, *info, sizes,
+                                                operands, result);
+          if (!s.ok()) cudaStreamSynchronize(l.stream);
+          return s;
+        },
+        result != nullptr ? &result->stream_wait_seconds : nullptr);
   }
 
   absl::StatusOr<std::shared_ptr<void>> AllocateResident(

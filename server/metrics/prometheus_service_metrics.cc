@@ -175,9 +175,9 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       {"op"});
   Family<Histogram>& queue_seconds = registry->AddHistogram(
       "coalesce_request_queue_seconds",
-      "Time from an RPC entering its handler to the backend starting it: "
-      "decoding, the wait in the device queue, selection and output "
-      "allocation.",
+      "Time from an RPC entering its handler to its launch: decoding, the "
+      "wait in the device queue, selection, output allocation and the wait "
+      "for a free stream.",
       {"op"}, StageBuckets());
   Family<Histogram>& h2d_seconds = registry->AddHistogram(
       "coalesce_request_h2d_seconds",
@@ -431,10 +431,12 @@ void PrometheusServiceMetrics::VariantSelected(const Selection& selection) {
       .Increment();
 }
 
-void PrometheusServiceMetrics::BackendStarted(Rpc rpc, double queue_seconds) {
-  const int r = static_cast<int>(rpc);
-  queued_[r]->Decrement();
-  queue_seconds_[r]->Observe(NonNegative(queue_seconds));
+void PrometheusServiceMetrics::BackendStarted(Rpc rpc) {
+  queued_[static_cast<int>(rpc)]->Decrement();
+}
+
+void PrometheusServiceMetrics::Launched(Rpc rpc, double queue_seconds) {
+  queue_seconds_[static_cast<int>(rpc)]->Observe(NonNegative(queue_seconds));
 }
 
 void PrometheusServiceMetrics::LaunchServed(OpKind op, int requests) {

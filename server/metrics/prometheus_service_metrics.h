@@ -54,7 +54,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
 
   void RpcStarted(Rpc rpc) override;
   void VariantSelected(const Selection& selection) override;
-  void BackendStarted(Rpc rpc, double queue_seconds) override;
+  void BackendStarted(Rpc rpc) override;
+  void Launched(Rpc rpc, double queue_seconds) override;
   void KernelRan(const KernelObservation& kernel) override;
   void LaunchServed(OpKind op, int requests) override;
   void RpcFinished(const RpcOutcome& outcome) override;

@@ -5,9 +5,10 @@
 // computed once by the service for both the KernelReport and the metrics.
 //
 // Call order per RPC: RpcStarted; for ops that run a kernel, VariantSelected
-// and BackendStarted once the request is decoded and a variant chosen, and
-// KernelRan and LaunchServed when the backend succeeded (once per launch: a
-// batch of requests reports them once); RpcFinished always, also on errors.
+// and BackendStarted once the request is decoded and a variant chosen,
+// Launched once the backend returns, and KernelRan and LaunchServed when it
+// succeeded (once per launch: a batch of requests reports them once);
+// RpcFinished always, also on errors.
 // Implementations are thread-safe: the service calls them from every request
 // thread at once, so they must be cheap (no shared lock, no allocation).
 #pragma once
@@ -84,9 +85,12 @@ class ServiceMetrics {
   virtual void RpcStarted(Rpc rpc) = 0;
   // Selection chose selection.variant.
   virtual void VariantSelected(const Selection& selection) = 0;
-  // The request is handed to the backend queue_seconds after it entered the
-  // handler (decoding, selection and output allocation).
-  virtual void BackendStarted(Rpc rpc, double queue_seconds) = 0;
+  // The request is handed to the backend: no longer queued.
+  virtual void BackendStarted(Rpc rpc) = 0;
+  // The backend returned; its launch began queue_seconds after the request
+  // entered the handler (decoding, the device queue, selection, output
+  // allocation and the wait for a free stream).
+  virtual void Launched(Rpc rpc, double queue_seconds) = 0;
   virtual void KernelRan(const KernelObservation& kernel) = 0;
   // One launch of op served `requests` requests (1 unless batched); called
   // once per successful launch, whether or not KernelRan was.

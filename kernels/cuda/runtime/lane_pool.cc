@@ -1,5 +1,7 @@
 #include "kernels/cuda/runtime/lane_pool.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cuda/runtime/cuda_check.h"
@@ -76,10 +78,17 @@ void LanePool::Shutdown() {
   }
 }
 
-absl::Status LanePool::OnLane(absl::FunctionRef<absl::Status(Lane&)> f) {
+absl::Status LanePool::OnLane(absl::FunctionRef<absl::Status(Lane&)> f,
+                              double* waited) {
   COALESCE_RETURN_IF_ERROR(health_.Status());
   COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  const auto start = std::chrono::steady_clock::now();
   Lane* lane = Acquire();
+  if (waited != nullptr) {
+    *waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+  }
   const absl::Status s = f(*lane);
   Release(lane);
   return health_.Track(s);

@@ -78,8 +78,9 @@ class LanePool {
 
   // Runs f(lane) on a free lane of this device, waiting for one, after the
   // health check; an error f returns is tracked (a sticky one makes the
-  // device unhealthy).
-  absl::Status OnLane(absl::FunctionRef<absl::Status(Lane&)> f);
+  // device unhealthy). waited (when set): the seconds spent waiting.
+  absl::Status OnLane(absl::FunctionRef<absl::Status(Lane&)> f,
+                      double* waited = nullptr);
 
   DeviceHealth& health() { return health_; }
   const DeviceHealth& health() const { return health_; }

@@ -188,7 +188,13 @@ class TensorOpsService::Call {
   // The request leaves the service for the backend.
   void BackendStarted() {
     reached_backend_ = true;
-    metrics_->BackendStarted(rpc_, SecondsSince(start_));
+    backend_started_ = SecondsSince(start_);
+    metrics_->BackendStarted(rpc_);
+  }
+  // The backend returned: the queue time ends where the launch began, after
+  // the backend's own wait for a stream.
+  void Launched(const RunResult& run) {
+    metrics_->Launched(rpc_, backend_started_ + run.stream_wait_seconds);
   }
 
   grpc::Status Finish(const absl::Status& status,
@@ -219,6 +225,7 @@ class TensorOpsService::Call {
   const Rpc rpc_;
   const Clock::time_point start_;
   bool reached_backend_ = false;
+  double backend_started_ = 0;  // seconds after start_
 };
 
 TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
@@ -358,6 +365,7 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
   call.BackendStarted();
   const absl::Status status =
       backend_->Execute(*selection.variant, d.problem, operands, &run);
+  call.Launched(run);
   if (!status.ok()) {
     Abandon(caller, created);
     PublishHealth();
@@ -602,6 +610,7 @@ bool TensorOpsService::RunStacked(
   RunResult run;
   const absl::Status status =
       backend_->ExecuteStacked(variant, merged, parts, operands, &run);
+  for (Placed& p : placed) p.state->call.Launched(run);
   if (!status.ok()) {
     for (Placed& p : placed) {
       Abandon(p.state->caller, p.created);
