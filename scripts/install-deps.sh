@@ -10,7 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libopenblas-dev libcivetweb-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy
+  python3 python3-numpy python3-venv  # python3-venv: the Python client test
   clang-format  # scripts/format.sh --check, run by scripts/test.sh
   prometheus  # promtool and a real Prometheus for the metrics e2e tests
   openssl  # certificates for the TLS end-to-end tests
