@@ -43,9 +43,9 @@ def test_unknown_variant(client, rng):
     assert "variant" in e.value.message
 
 
-def test_unsupported_dtype_refused_here(client):
+def test_unsupported_dtype_refused_here(client, rng):
     with pytest.raises(TypeError, match="float64"):
-        client.transpose(np.ones((2, 2)))
+        client.transpose(random_array(rng, (2, 2), np.float64))
 
 
 def test_unreachable_server():
