@@ -348,6 +348,16 @@ find_nsys() {
   all=$(find /opt/nvidia /usr/local -name nsys -type f -perm -u+x 2>/dev/null)
   grep -v target-linux <<<"$all" | grep -m 1 . || grep -m 1 . <<<"$all"
 }
+# The collector that ships inside Nsight Compute writes only the raw
+# stream (BASE.qdstrm); its importer turns that into BASE.nsys-rep.
+nsys_report() {
+  [ -f "$1.nsys-rep" ] || [ ! -f "$1.qdstrm" ] && return
+  local importer
+  importer=$(find /opt/nvidia /usr/local -name QdstrmImporter -type f 2>/dev/null |
+    head -n 1)
+  [ -n "$importer" ] && "$importer" -i "$1.qdstrm" >"$1.import.log" 2>&1
+  rm -f "$1.qdstrm"
+}
 # A server under "$@" (a wrapper, or nothing) with the flags in the array
 # server_flags, its ports in $port/$mport.
 server_flags=()
@@ -406,6 +416,7 @@ if has latency; then
       --duration_s=2 --warmup_s=0.5 2>/dev/null |
       tee "$out/latency-nsys.txt"
     stop_profiled
+    nsys_report "$out/latency-nsys"
     "$nsys_bin" stats -q -r cuda_api_sum,osrt_sum -f csv \
       -o "$out/latency-nsys" "$out/latency-nsys.nsys-rep" >/dev/null 2>&1
     "$nsys_bin" stats -q -r cuda_api_trace -f csv \
@@ -437,12 +448,17 @@ if has busy; then
     awk '$1 > 0 { s += $1; n++ } END { if (n) printf "nvidia-smi utilization.gpu, mean of %d nonzero 100 ms samples: %.1f%%\n", n, s / n }' \
       "$out/busy-$name-smi.csv" | tee -a "$out/busy-$name.txt"
     [ -n "$nsys_bin" ] || continue
-    ls "$out"/busy-"$name".* | tee -a "$out/busy-$name.txt"
+    nsys_report "$out/busy-$name"
     "$nsys_bin" stats -q -r cuda_gpu_trace -f csv -o "$out/busy-$name" \
       "$out/busy-$name.nsys-rep" >>"$out/busy-$name.txt" 2>&1
     read -r seconds server_busy < <(python3 -c 'import json, sys
 rows = [r for r in json.load(open(sys.argv[1]))["results"] if r["op"] != "echo"]
 print(rows[-1]["seconds"], rows[-1]["server_busy"])' "$out/busy-$name.json")
+    if [ ! -f "$out/busy-${name}_cuda_gpu_trace.csv" ]; then
+      echo "busy: no Nsight Systems report for $name (busy-$name.import.log)" |
+        tee -a "$out/busy-$name.txt"
+      continue
+    fi
     python3 bench/request_profile.py busy "$out/busy-${name}_cuda_gpu_trace.csv" \
       --window="$seconds" --server_busy="$server_busy" |
       tee -a "$out/busy-$name.txt"
