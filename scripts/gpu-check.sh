@@ -273,9 +273,57 @@ if has service; then
       2>/dev/null | tail -n 4 || status=1
   done
 fi
+# Nsight Systems, where the machine has it (not always on the PATH; the
+# copy inside Nsight Compute's folder last).
+find_nsys() {
+  command -v nsys && return
+  local all
+  all=$(find /opt/nvidia /usr/local -name nsys -type f -perm -u+x 2>/dev/null)
+  grep -v target-linux <<<"$all" | grep -m 1 . || grep -m 1 . <<<"$all"
+}
+# The collector that ships inside Nsight Compute writes only the raw
+# stream (BASE.qdstrm); its importer turns that into BASE.nsys-rep.
+nsys_report() {
+  [ -f "$1.nsys-rep" ] || [ ! -f "$1.qdstrm" ] && return
+  local importer
+  importer=$(find /opt/nvidia /usr/local -name QdstrmImporter -type f 2>/dev/null |
+    head -n 1)
+  [ -n "$importer" ] && "$importer" -i "$1.qdstrm" >"$1.import.log" 2>&1
+  rm -f "$1.qdstrm"
+}
+# A server (server_bin, default the bundle's) under "$@" (a wrapper, or
+# nothing) with the flags in the array server_flags, its stdout and stderr
+# in $out/server$server_suffix.{out,log}; its ports in $port/$mport.
+server_flags=() server_suffix=
+serve_profiled() {
+  local o=$out/server$server_suffix.out
+  : >"$o"
+  "$@" "${server_bin:-$bin/coalesce-server}" --listen=127.0.0.1:0 \
+    --metrics_listen=127.0.0.1:0 ${server_flags[@]+"${server_flags[@]}"} \
+    >"$o" 2>>"$out/server$server_suffix.log" &
+  server_pid=$!
+  port= mport=
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$o")
+    mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$o")
+    [ -n "$port" ] && [ -n "$mport" ] && break
+    sleep 0.2
+  done
+}
+# SIGTERM to the server itself (under nsys, the wrapper's child), then wait
+# for the wrapper, which writes its report.
+stop_profiled() {
+  pkill -TERM -f "^$bin/coalesce-server " || kill "$server_pid"
+  wait "$server_pid" 2>/dev/null
+}
+scrape() {
+  python3 -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+    "http://127.0.0.1:$mport/metrics"
+}
 if has requests; then
   echo "== request path"
-  server_bin=${REQUESTS_SERVER:-$bin/coalesce-server}
+  server_bin=${REQUESTS_SERVER:-}
   transports=${REQUESTS_TRANSPORTS:-inline,handle,pipeline}
   duration=${REQUESTS_DURATION:-2}
   # Batching on (the server's default) runs every case; off
@@ -290,19 +338,9 @@ if has requests; then
         batch_flags=--batch_max_delay_us=${REQUESTS_BATCH_DELAY_US:-300}
         ;;
     esac
-    : >"$out/server$suffix.out"
-    # shellcheck disable=SC2086  # REQUESTS_FLAGS: words
-    "$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
-      $batch_flags ${REQUESTS_FLAGS:-} >"$out/server$suffix.out" \
-      2>>"$out/server$suffix.log" &
-    server_pid=$!
-    port= mport=
-    for _ in $(seq 1 600); do
-      port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server$suffix.out")
-      mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server$suffix.out")
-      [ -n "$port" ] && [ -n "$mport" ] && break
-      sleep 0.2
-    done
+    # shellcheck disable=SC2206  # REQUESTS_FLAGS: words
+    server_flags=($batch_flags ${REQUESTS_FLAGS:-}) server_suffix=$suffix
+    serve_profiled
     # name op transports bytes concurrency [--shape=...]
     while read -r name op trs bytes conc shape; do
       [ -n "$name" ] || continue
@@ -325,10 +363,7 @@ if has requests; then
         --warmup_s=0.5 ${shape:+--shape=$shape} \
         --json="$out/requests-$name$suffix.json" 2>/dev/null |
         tee "$out/requests-$name$suffix.txt" || status=1
-      python3 -c 'import sys, urllib.request
-sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
-        "http://127.0.0.1:$mport/metrics" \
-        >"$out/requests-$name$suffix.metrics" || true
+      scrape >"$out/requests-$name$suffix.metrics" || true
     done <<EOF
 t64k transpose inline,handle,pipeline 65536 1,64,256
 t1k transpose inline,handle,pipeline 1024 1,16,64,256
@@ -339,53 +374,8 @@ EOF
     kill "$server_pid"
     wait "$server_pid" 2>/dev/null
   done
+  server_flags=() server_suffix= server_bin=
 fi
-# Nsight Systems, where the machine has it (not always on the PATH; the
-# copy inside Nsight Compute's folder last).
-find_nsys() {
-  command -v nsys && return
-  local all
-  all=$(find /opt/nvidia /usr/local -name nsys -type f -perm -u+x 2>/dev/null)
-  grep -v target-linux <<<"$all" | grep -m 1 . || grep -m 1 . <<<"$all"
-}
-# The collector that ships inside Nsight Compute writes only the raw
-# stream (BASE.qdstrm); its importer turns that into BASE.nsys-rep.
-nsys_report() {
-  [ -f "$1.nsys-rep" ] || [ ! -f "$1.qdstrm" ] && return
-  local importer
-  importer=$(find /opt/nvidia /usr/local -name QdstrmImporter -type f 2>/dev/null |
-    head -n 1)
-  [ -n "$importer" ] && "$importer" -i "$1.qdstrm" >"$1.import.log" 2>&1
-  rm -f "$1.qdstrm"
-}
-# A server under "$@" (a wrapper, or nothing) with the flags in the array
-# server_flags, its ports in $port/$mport.
-server_flags=()
-serve_profiled() {
-  : >"$out/server.out"
-  "$@" "$bin/coalesce-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
-    ${server_flags[@]+"${server_flags[@]}"} \
-    >"$out/server.out" 2>>"$out/server.log" &
-  server_pid=$!
-  port= mport=
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
-    mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
-    [ -n "$port" ] && [ -n "$mport" ] && break
-    sleep 0.2
-  done
-}
-# SIGTERM to the server itself (under nsys, the wrapper's child), then wait
-# for the wrapper, which writes its report.
-stop_profiled() {
-  pkill -TERM -f "^$bin/coalesce-server " || kill "$server_pid"
-  wait "$server_pid" 2>/dev/null
-}
-scrape() {
-  python3 -c 'import sys, urllib.request
-sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
-    "http://127.0.0.1:$mport/metrics"
-}
 nsys_bin=
 if has latency || has busy; then
   nsys_bin=$(find_nsys)
