@@ -409,7 +409,8 @@ struct TensorOpsService::OpState {
   DecodedRequest d;
   OpSlots slots;
   grpc::CallbackServerContext* context = nullptr;
-  grpc::ServerUnaryReactor* reactor = nullptr;
+  // Ends the call: the RPC's reactor, or another front end's continuation.
+  std::function<void(grpc::Status)> done;
   const google::protobuf::Message* request = nullptr;
   google::protobuf::Message* response = nullptr;
 
@@ -418,7 +419,7 @@ struct TensorOpsService::OpState {
     // The stored tensors and regions the request held are let go before
     // the client can see the answer (and, say, delete one and list).
     d = DecodedRequest();
-    reactor->Finish(std::move(answer));
+    done(std::move(answer));
   }
 };
 
@@ -460,15 +461,46 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
     absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)> decode,
     absl::FunctionRef<OpSlots(const DecodedRequest&)> slots) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  SubmitOp(context, rpc, auth_->Authenticate(*context), request, response,
+           decode, slots, [reactor](grpc::Status status) {
+             reactor->Finish(std::move(status));
+           });
+  return reactor;
+}
+
+void TensorOpsService::RunTranspose(grpc::CallbackServerContext* context,
+                                    absl::StatusOr<Caller> caller,
+                                    const v1::TransposeRequest* request,
+                                    v1::TransposeResponse* response,
+                                    std::function<void(grpc::Status)> done) {
+  SubmitOp(
+      context, Rpc::kTranspose, std::move(caller), request, response,
+      [&](const DataPlane& plane) {
+        return DecodeTranspose(*request, config_.max_tensor_bytes,
+                               /*shape_only=*/false, plane);
+      },
+      [response](const DecodedRequest& d) {
+        return OpSlots{{response->mutable_output()},
+                       d.report ? response->mutable_report() : nullptr};
+      },
+      std::move(done));
+}
+
+void TensorOpsService::SubmitOp(
+    grpc::CallbackServerContext* context, Rpc rpc,
+    absl::StatusOr<Caller> caller, const google::protobuf::Message* request,
+    google::protobuf::Message* response,
+    absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)> decode,
+    absl::FunctionRef<OpSlots(const DecodedRequest&)> slots,
+    std::function<void(grpc::Status)> done) {
   auto state = std::make_shared<OpState>(metrics_, rpc);
   state->context = context;
-  state->reactor = reactor;
+  state->done = std::move(done);
   state->request = request;
   state->response = response;
-  absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   if (!caller.ok()) {
     state->Finish(caller.status());
-    return reactor;
+    return;
   }
   state->caller = *std::move(caller);
   // Decoding and validation run here, on gRPC's thread: a bad request is
@@ -476,7 +508,7 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
   absl::StatusOr<DecodedRequest> d = decode(plane(state->caller));
   if (!d.ok()) {
     state->Finish(d.status());
-    return reactor;
+    return;
   }
   state->d = *std::move(d);
   state->slots = slots(state->d);
@@ -502,7 +534,6 @@ grpc::ServerUnaryReactor* TensorOpsService::StartOp(
   // UNAVAILABLE.
   const absl::Status admitted = scheduler_->Submit(std::move(job));
   if (!admitted.ok()) state->Finish(admitted);
-  return reactor;
 }
 
 namespace {
@@ -637,16 +668,11 @@ bool TensorOpsService::RunStacked(
 grpc::ServerUnaryReactor* TensorOpsService::Transpose(
     grpc::CallbackServerContext* context, const v1::TransposeRequest* request,
     v1::TransposeResponse* response) {
-  return StartOp(
-      context, Rpc::kTranspose, request, response,
-      [&](const DataPlane& plane) {
-        return DecodeTranspose(*request, config_.max_tensor_bytes,
-                               /*shape_only=*/false, plane);
-      },
-      [response](const DecodedRequest& d) {
-        return OpSlots{{response->mutable_output()},
-                       d.report ? response->mutable_report() : nullptr};
-      });
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RunTranspose(
+      context, auth_->Authenticate(*context), request, response,
+      [reactor](grpc::Status status) { reactor->Finish(std::move(status)); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Gemm(

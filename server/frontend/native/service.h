@@ -14,6 +14,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,6 +118,20 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
       const v1::ListSharedMemoryRequest* request,
       v1::ListSharedMemoryResponse* response) override;
 
+  // The Transpose RPC's path for another protocol's front end (kserve/):
+  // caller is the result of authenticating context (an error is answered as
+  // the RPC would); request is decoded, queued, selected for and run exactly
+  // as a Transpose RPC's, its output and report written into response. done
+  // gets the call's status once, when it is over: on the calling thread for
+  // an error found before the queue, else on a scheduler thread. context,
+  // request and response must stay alive until done has run. The call
+  // counts as a Transpose in the metrics.
+  void RunTranspose(grpc::CallbackServerContext* context,
+                    absl::StatusOr<Caller> caller,
+                    const v1::TransposeRequest* request,
+                    v1::TransposeResponse* response,
+                    std::function<void(grpc::Status)> done);
+
   // GetTensor's chunk size when the request names none.
   static constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
 
@@ -138,8 +153,8 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   // The default reactor, finished with status.
   static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                           grpc::Status status);
-  // An op's handler: authenticates, decodes, and queues the run on the
-  // scheduler (or answers at once with the error).
+  // An op's handler: authenticates, then SubmitOp, its reactor finished
+  // with the call's status.
   grpc::ServerUnaryReactor* StartOp(
       grpc::CallbackServerContext* context, Rpc rpc,
       const google::protobuf::Message* request,
@@ -147,6 +162,17 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
       absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)>
           decode,
       absl::FunctionRef<OpSlots(const DecodedRequest&)> slots);
+  // The op path without a reactor, shared by the native RPCs and other
+  // front ends: with caller authenticated, decodes and queues the run on the
+  // scheduler; done gets the call's status once (at once for an error).
+  void SubmitOp(
+      grpc::CallbackServerContext* context, Rpc rpc,
+      absl::StatusOr<Caller> caller, const google::protobuf::Message* request,
+      google::protobuf::Message* response,
+      absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)>
+          decode,
+      absl::FunctionRef<OpSlots(const DecodedRequest&)> slots,
+      std::function<void(grpc::Status)> done);
 
   // Selects a variant for d, places each requested output where
   // d.output_targets says (inline: the matching response tensor's bytes;
