@@ -258,6 +258,9 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
       running->metrics.get(), running->selector.get(), running->tensors.get(),
       running->shared_memory.get(), running->authenticator.get(),
       running->scheduler.get());
+  running->inference = std::make_unique<InferenceService>(
+      backend, running->authenticator.get(), running->service.get(),
+      COALESCE_VERSION);
   grpc::ServerBuilder builder;
   if (!config.listen.empty()) {
     builder.AddListeningPort(config.listen, credentials, &running->port);
@@ -273,6 +276,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   quota.SetMaxThreads(config.max_threads);
   builder.SetResourceQuota(quota);
   builder.RegisterService(running->service.get());
+  builder.RegisterService(running->inference.get());
   running->server = builder.BuildAndStart();
   if (running->server == nullptr ||
       (!config.listen.empty() && running->port == 0)) {

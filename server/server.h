@@ -1,6 +1,7 @@
 // BuildServer: the one way to start the gRPC server, used by main and by the
 // tests. It serves coalesce.v1.TensorOps (with its tensor store and
-// shared-memory registry), the standard health service
+// shared-memory registry), the KServe v2 inference.GRPCInferenceService on
+// the same port, the standard health service
 // (grpc.health.v1, SERVING while the backend is healthy) and server
 // reflection, and Prometheus metrics over HTTP from a Registry of its own
 // (no process-wide metrics state: every server, every test, starts at zero).
@@ -22,6 +23,7 @@
 #include "server/auth/authenticator.h"
 #include "server/auth/local_socket.h"
 #include "server/config.h"
+#include "server/frontend/kserve/service.h"
 #include "server/frontend/native/service.h"
 #include "server/metrics/http_server.h"
 #include "server/metrics/registry.h"
@@ -59,6 +61,9 @@ struct RunningServer {
   // them).
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<TensorOpsService> service;
+  // inference.GRPCInferenceService (KServe v2), which runs its ops through
+  // service.
+  std::unique_ptr<InferenceService> inference;
   std::unique_ptr<grpc::Server> server;
   // Accepts local-socket connections into server; stopped first.
   std::unique_ptr<LocalSocketListener> local_socket;

@@ -1,0 +1,86 @@
+// The KServe v2 / Open Inference Protocol service
+// (inference.GRPCInferenceService), served beside coalesce.v1 on the same
+// port. Two models, both version "1":
+//   identity   OUTPUT0 = INPUT0, any datatype and shape (the protocol's
+//              floor: what a request costs without a kernel);
+//   transpose  INPUT0 [M,N] or [B,M,N] of FP32, FP16 or BF16 -> OUTPUT0
+//              with its last two dimensions swapped; request parameters
+//              "variant" (string: force a kernel variant) and "report"
+//              (bool: the KernelReport's figures as response parameters).
+// transpose is a native TransposeRequest run through TensorOpsService's op
+// path (decode, queue, selection, backend), so both protocols share every
+// check and kernel; the input's raw bytes are moved into it and the
+// output's moved back out, never copied. Every RPC is authenticated like a
+// native one; errors are absl::Status naming the protocol's field
+// ("inputs[0].shape[1]: ...", "model_name: ...") and become grpc::Status at
+// the edge (status.h). Thread-safe, like the native service.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "kernels/core/backend.h"
+#include "server/auth/authenticator.h"
+#include "server/frontend/native/service.h"
+
+namespace coalesce {
+
+class InferenceService final
+    : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // The model names served, in ModelMetadata's order.
+  static constexpr const char* kIdentity = "identity";
+  static constexpr const char* kTranspose = "transpose";
+  // The one version of each model.
+  static constexpr const char* kVersion = "1";
+
+  // backend, auth and ops are not owned and must outlive the service; ops
+  // runs the transposes. version is ServerMetadata's.
+  InferenceService(const Backend* backend, const Authenticator* auth,
+                   TensorOpsService* ops, std::string version);
+
+  grpc::ServerUnaryReactor* ServerLive(
+      grpc::CallbackServerContext* context,
+      const inference::ServerLiveRequest* request,
+      inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(
+      grpc::CallbackServerContext* context,
+      const inference::ServerReadyRequest* request,
+      inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(
+      grpc::CallbackServerContext* context,
+      const inference::ModelReadyRequest* request,
+      inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ServerMetadataRequest* request,
+      inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ModelMetadataRequest* request,
+      inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(
+      grpc::CallbackServerContext* context,
+      const inference::ModelInferRequest* request,
+      inference::ModelInferResponse* response) override;
+
+ private:
+  // A transpose between its handler and its answer (service.cc).
+  struct TransposeCall;
+
+  // Answers identity in response (the input moved to the output).
+  absl::Status Identity(inference::ModelInferRequest& request,
+                        inference::ModelInferResponse* response);
+  // Builds the native request from the checked KServe one, moving the
+  // input's bytes into it.
+  absl::Status BuildTranspose(inference::ModelInferRequest& request,
+                              v1::TransposeRequest* native);
+
+  const Backend* const backend_;
+  const Authenticator* const auth_;
+  TensorOpsService* const ops_;
+  const std::string version_;
+};
+
+}  // namespace coalesce

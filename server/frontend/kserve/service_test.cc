@@ -1,0 +1,489 @@
+// inference.GRPCInferenceService end to end: an in-process channel to a
+// server built by BuildServer on the CPU backend, as the native service's
+// tests do.
+#include "server/frontend/kserve/service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coalesce/v1/tensor_ops.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "server/server.h"
+
+namespace coalesce {
+namespace {
+
+using inference::GRPCInferenceService;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// [..., M, N] -> [..., N, M], one element at a time.
+std::string TransposeReference(const std::string& in,
+                               const std::vector<int64_t>& shape,
+                               size_t elem_size) {
+  const int rank = static_cast<int>(shape.size());
+  const int64_t rows = shape[rank - 2], cols = shape[rank - 1];
+  const int64_t batch = Elements(shape) / (rows * cols);
+  std::string out(in.size(), '\0');
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t from = (b * rows + r) * cols + c;
+        const int64_t to = (b * cols + c) * rows + r;
+        std::memcpy(&out[to * elem_size], &in[from * elem_size], elem_size);
+      }
+    }
+  }
+  return out;
+}
+
+std::string RandomBytes(int64_t n, std::mt19937* rng) {
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>((*rng)() & 0xff);
+  return s;
+}
+
+// A transpose or identity request with INPUT0 as raw bytes.
+ModelInferRequest RawRequest(const std::string& model,
+                             const std::string& datatype,
+                             const std::vector<int64_t>& shape,
+                             std::string raw) {
+  ModelInferRequest r;
+  r.set_model_name(model);
+  auto* in = r.add_inputs();
+  in->set_name("INPUT0");
+  in->set_datatype(datatype);
+  for (int64_t d : shape) in->add_shape(d);
+  r.add_raw_input_contents(std::move(raw));
+  return r;
+}
+
+class InferenceServiceTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = CreateCpuBackend(2);
+    ServerConfig config;
+    config.listen = "";  // in-process only
+    config.max_tensor_bytes = 16 << 20;
+    absl::StatusOr<std::unique_ptr<RunningServer>> server =
+        BuildServer(config, backend_.get(), "test: CreateCpuBackend(2)");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    channel_ = server_->InProcessChannel(args);
+    stub_ = GRPCInferenceService::NewStub(channel_);
+    native_ = v1::TensorOps::NewStub(channel_);
+  }
+
+  grpc::Status Infer(const ModelInferRequest& request,
+                     ModelInferResponse* response) {
+    grpc::ClientContext context;
+    return stub_->ModelInfer(&context, request, response);
+  }
+
+  // The native Transpose of the same tensor.
+  std::string NativeTranspose(v1::DataType dtype,
+                              const std::vector<int64_t>& shape,
+                              const std::string& raw) {
+    v1::TransposeRequest request;
+    request.mutable_input()->set_dtype(dtype);
+    for (int64_t d : shape) request.mutable_input()->add_shape(d);
+    request.mutable_input()->set_raw(raw);
+    grpc::ClientContext context;
+    v1::TransposeResponse response;
+    const grpc::Status status =
+        native_->Transpose(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.output().raw();
+  }
+
+  // Expects request to fail with code and a message starting with field.
+  void ExpectError(const ModelInferRequest& request, grpc::StatusCode code,
+                   const std::string& field) {
+    ModelInferResponse response;
+    const grpc::Status status = Infer(request, &response);
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_THAT(status.error_message(), StartsWith(field));
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<RunningServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<GRPCInferenceService::Stub> stub_;
+  std::unique_ptr<v1::TensorOps::Stub> native_;
+  std::mt19937 rng_{20261203};
+};
+
+TEST_F(InferenceServiceTest, LiveReadyAndServerMetadata) {
+  {
+    grpc::ClientContext context;
+    inference::ServerLiveResponse response;
+    ASSERT_TRUE(
+        stub_->ServerLive(&context, inference::ServerLiveRequest(), &response)
+            .ok());
+    EXPECT_TRUE(response.live());
+  }
+  {
+    grpc::ClientContext context;
+    inference::ServerReadyResponse response;
+    ASSERT_TRUE(
+        stub_->ServerReady(&context, inference::ServerReadyRequest(), &response)
+            .ok());
+    EXPECT_TRUE(response.ready());
+  }
+  grpc::ClientContext info_context;
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(
+      native_->GetServerInfo(&info_context, v1::GetServerInfoRequest(), &info)
+          .ok());
+  grpc::ClientContext context;
+  inference::ServerMetadataResponse response;
+  ASSERT_TRUE(stub_
+                  ->ServerMetadata(&context, inference::ServerMetadataRequest(),
+                                   &response)
+                  .ok());
+  EXPECT_EQ(response.name(), "coalesce");
+  EXPECT_EQ(response.version(), info.build().version());
+  EXPECT_THAT(response.extensions(), testing::ElementsAre("parameters"));
+}
+
+TEST_F(InferenceServiceTest, ModelsAreReadyWithMetadata) {
+  for (const char* model : {"identity", "transpose"}) {
+    SCOPED_TRACE(model);
+    for (const char* version : {"", "1"}) {
+      grpc::ClientContext context;
+      inference::ModelReadyRequest request;
+      request.set_name(model);
+      request.set_version(version);
+      inference::ModelReadyResponse response;
+      ASSERT_TRUE(stub_->ModelReady(&context, request, &response).ok());
+      EXPECT_TRUE(response.ready());
+    }
+    grpc::ClientContext context;
+    inference::ModelMetadataRequest request;
+    request.set_name(model);
+    inference::ModelMetadataResponse response;
+    ASSERT_TRUE(stub_->ModelMetadata(&context, request, &response).ok());
+    EXPECT_EQ(response.name(), model);
+    EXPECT_THAT(response.versions(), testing::ElementsAre("1"));
+    ASSERT_EQ(response.inputs_size(), 1);
+    ASSERT_EQ(response.outputs_size(), 1);
+    EXPECT_EQ(response.inputs(0).name(), "INPUT0");
+    EXPECT_EQ(response.outputs(0).name(), "OUTPUT0");
+    EXPECT_EQ(response.inputs(0).datatype(), "FP32");
+    const std::vector<int64_t> wild = std::string(model) == "transpose"
+                                          ? std::vector<int64_t>{-1, -1}
+                                          : std::vector<int64_t>{-1};
+    EXPECT_THAT(response.inputs(0).shape(), testing::ElementsAreArray(wild));
+    EXPECT_THAT(response.outputs(0).shape(), testing::ElementsAreArray(wild));
+  }
+}
+
+TEST_F(InferenceServiceTest, UnknownModelsAndVersionsAreNotFound) {
+  {
+    grpc::ClientContext context;
+    inference::ModelReadyRequest request;
+    request.set_name("resnet");
+    inference::ModelReadyResponse response;
+    const grpc::Status status = stub_->ModelReady(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(status.error_message(), StartsWith("name: "));
+  }
+  {
+    grpc::ClientContext context;
+    inference::ModelReadyRequest request;
+    request.set_name("transpose");
+    request.set_version("2");
+    inference::ModelReadyResponse response;
+    const grpc::Status status = stub_->ModelReady(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(status.error_message(), StartsWith("version: "));
+  }
+  {
+    grpc::ClientContext context;
+    inference::ModelMetadataRequest request;
+    request.set_name("resnet");
+    inference::ModelMetadataResponse response;
+    const grpc::Status status =
+        stub_->ModelMetadata(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(status.error_message(), StartsWith("name: "));
+  }
+  ModelInferRequest request =
+      RawRequest("resnet", "FP32", {2, 2}, std::string(16, '\0'));
+  ExpectError(request, grpc::StatusCode::NOT_FOUND, "model_name: ");
+  request.set_model_name("transpose");
+  request.set_model_version("7");
+  ExpectError(request, grpc::StatusCode::NOT_FOUND, "model_version: ");
+}
+
+TEST_F(InferenceServiceTest, IdentityReturnsItsInput) {
+  // Any datatype and shape, raw bytes back as they came.
+  const std::string raw = RandomBytes(2 * 3 * 5 * 8, &rng_);
+  ModelInferRequest request = RawRequest("identity", "INT64", {2, 3, 5}, raw);
+  request.set_id("req-1");
+  request.add_outputs()->set_name("OUTPUT0");
+  ModelInferResponse response;
+  const grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.model_name(), "identity");
+  EXPECT_EQ(response.model_version(), "1");
+  EXPECT_EQ(response.id(), "req-1");
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "OUTPUT0");
+  EXPECT_EQ(response.outputs(0).datatype(), "INT64");
+  EXPECT_THAT(response.outputs(0).shape(), testing::ElementsAre(2, 3, 5));
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_EQ(response.raw_output_contents(0), raw);
+
+  // Typed contents come back as typed contents.
+  ModelInferRequest typed;
+  typed.set_model_name("identity");
+  auto* in = typed.add_inputs();
+  in->set_name("INPUT0");
+  in->set_datatype("FP32");
+  in->add_shape(3);
+  for (float v : {1.5f, -2.0f, 3.25f})
+    in->mutable_contents()->add_fp32_contents(v);
+  ModelInferResponse typed_response;
+  ASSERT_TRUE(Infer(typed, &typed_response).ok());
+  ASSERT_EQ(typed_response.outputs_size(), 1);
+  EXPECT_THAT(typed_response.outputs(0).contents().fp32_contents(),
+              testing::ElementsAre(1.5f, -2.0f, 3.25f));
+  EXPECT_EQ(typed_response.raw_output_contents_size(), 0);
+}
+
+TEST_F(InferenceServiceTest, TransposeIsExactAndEqualsTheNativeOne) {
+  struct Case {
+    std::string datatype;
+    v1::DataType dtype;
+    size_t bytes;
+    std::vector<int64_t> shape;
+  };
+  const Case cases[] = {
+      {"FP32", v1::DATA_TYPE_FLOAT32, 4, {17, 33}},
+      {"FP32", v1::DATA_TYPE_FLOAT32, 4, {3, 17, 33}},
+      {"BF16", v1::DATA_TYPE_BFLOAT16, 2, {19, 40}},
+      {"BF16", v1::DATA_TYPE_BFLOAT16, 2, {2, 9, 70}},
+      {"FP16", v1::DATA_TYPE_FLOAT16, 2, {5, 8}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.datatype, " rank ", c.shape.size()));
+    // Any bit pattern: data movement must copy it exactly.
+    const std::string raw = RandomBytes(Elements(c.shape) * c.bytes, &rng_);
+    ModelInferResponse response;
+    const grpc::Status status =
+        Infer(RawRequest("transpose", c.datatype, c.shape, raw), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.outputs_size(), 1);
+    EXPECT_EQ(response.outputs(0).name(), "OUTPUT0");
+    EXPECT_EQ(response.outputs(0).datatype(), c.datatype);
+    std::vector<int64_t> want_shape = c.shape;
+    std::swap(want_shape[want_shape.size() - 2], want_shape.back());
+    EXPECT_THAT(response.outputs(0).shape(),
+                testing::ElementsAreArray(want_shape));
+    ASSERT_EQ(response.raw_output_contents_size(), 1);
+    EXPECT_EQ(response.raw_output_contents(0),
+              TransposeReference(raw, c.shape, c.bytes));
+    EXPECT_EQ(response.raw_output_contents(0),
+              NativeTranspose(c.dtype, c.shape, raw));
+    EXPECT_EQ(response.parameters_size(), 0);  // no report unless asked
+  }
+}
+
+TEST_F(InferenceServiceTest, TransposeTakesTypedFp32Contents) {
+  ModelInferRequest request;
+  request.set_model_name("transpose");
+  auto* in = request.add_inputs();
+  in->set_name("INPUT0");
+  in->set_datatype("FP32");
+  in->add_shape(2);
+  in->add_shape(3);
+  for (int i = 0; i < 6; ++i) in->mutable_contents()->add_fp32_contents(i);
+  ModelInferResponse response;
+  const grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  std::vector<float> got(6);
+  ASSERT_EQ(response.raw_output_contents(0).size(), sizeof(float) * 6);
+  std::memcpy(got.data(), response.raw_output_contents(0).data(),
+              sizeof(float) * 6);
+  EXPECT_THAT(got, testing::ElementsAre(0, 3, 1, 4, 2, 5));
+}
+
+TEST_F(InferenceServiceTest, VariantAndReportParameters) {
+  grpc::ClientContext info_context;
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(
+      native_->GetServerInfo(&info_context, v1::GetServerInfoRequest(), &info)
+          .ok());
+  std::string variant;
+  for (const v1::VariantInfo& v : info.variants()) {
+    if (v.op() == "transpose") variant = v.name();
+  }
+  ASSERT_FALSE(variant.empty());
+  ModelInferRequest request =
+      RawRequest("transpose", "FP32", {8, 16}, RandomBytes(8 * 16 * 4, &rng_));
+  (*request.mutable_parameters())["variant"].set_string_param(variant);
+  (*request.mutable_parameters())["report"].set_bool_param(true);
+  ModelInferResponse response;
+  const grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const auto& params = response.parameters();
+  ASSERT_TRUE(params.contains("report.variant"));
+  EXPECT_EQ(params.at("report.variant").string_param(), variant);
+  EXPECT_EQ(params.at("report.backend").string_param(), "cpu");
+  EXPECT_EQ(params.at("report.bytes_moved").int64_param(), 2 * 8 * 16 * 4);
+  EXPECT_EQ(params.at("report.batch_size").int64_param(), 1);
+
+  (*request.mutable_parameters())["variant"].set_int64_param(3);
+  ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT,
+              "parameters.variant: ");
+  (*request.mutable_parameters())["variant"].set_string_param("no.such");
+  ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT,
+              "parameters.variant");
+  request.mutable_parameters()->erase("variant");
+  (*request.mutable_parameters())["report"].set_string_param("yes");
+  ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT,
+              "parameters.report: ");
+}
+
+TEST_F(InferenceServiceTest, BadRequestsNameTheirField) {
+  const auto transpose = [&](const std::string& datatype,
+                             const std::vector<int64_t>& shape) {
+    const size_t bytes = datatype == "FP32" ? 4 : 2;
+    return RawRequest("transpose", datatype, shape,
+                      std::string(Elements(shape) * bytes, '\0'));
+  };
+  const grpc::StatusCode invalid = grpc::StatusCode::INVALID_ARGUMENT;
+  // Wrong datatype: one the protocol knows, and one it does not.
+  ExpectError(transpose("INT32", {2, 2}), invalid, "inputs[0].datatype: ");
+  ExpectError(transpose("FP33", {2, 2}), invalid, "inputs[0].datatype: ");
+  ExpectError(RawRequest("identity", "FP33", {1}, "abcd"), invalid,
+              "inputs[0].datatype: ");
+  // Wrong shape: rank, a zero and a negative dimension.
+  ExpectError(transpose("FP32", {8}), invalid, "inputs[0].shape: ");
+  ExpectError(transpose("FP32", {1, 2, 3, 4}), invalid, "inputs[0].shape: ");
+  ExpectError(transpose("FP32", {4, 0}), invalid, "inputs[0].shape[1]: ");
+  ExpectError(RawRequest("transpose", "FP32", {-1, 4}, ""), invalid,
+              "inputs[0].shape[0]: ");
+  // Missing, unknown and repeated inputs; unknown outputs.
+  ModelInferRequest none;
+  none.set_model_name("transpose");
+  ExpectError(none, invalid, "inputs: ");
+  ModelInferRequest renamed = transpose("FP32", {2, 2});
+  renamed.mutable_inputs(0)->set_name("x");
+  ExpectError(renamed, invalid, "inputs[0].name: ");
+  ModelInferRequest twice = transpose("FP32", {2, 2});
+  *twice.add_inputs() = twice.inputs(0);
+  twice.add_raw_input_contents(twice.raw_input_contents(0));
+  ExpectError(twice, invalid, "inputs[1].name: ");
+  ModelInferRequest output = transpose("FP32", {2, 2});
+  output.add_outputs()->set_name("OUTPUT1");
+  ExpectError(output, invalid, "outputs[0].name: ");
+  // Raw contents of the wrong size, or not one per input.
+  ModelInferRequest short_raw = transpose("BF16", {3, 5});
+  short_raw.mutable_raw_input_contents(0)->resize(29);
+  ExpectError(short_raw, invalid, "raw_input_contents[0]: ");
+  ModelInferRequest extra_raw = transpose("FP32", {2, 2});
+  extra_raw.add_raw_input_contents("");
+  ExpectError(extra_raw, invalid, "raw_input_contents: ");
+  ModelInferRequest identity_short =
+      RawRequest("identity", "INT16", {3}, "abcde");
+  ExpectError(identity_short, invalid, "raw_input_contents[0]: ");
+  // Typed contents: miscounted, none for BF16, or beside raw contents.
+  ModelInferRequest typed = transpose("FP32", {2, 2});
+  typed.clear_raw_input_contents();
+  typed.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+  ExpectError(typed, invalid, "inputs[0].contents: ");
+  ModelInferRequest typed_bf16 = transpose("BF16", {1, 1});
+  typed_bf16.clear_raw_input_contents();
+  ExpectError(typed_bf16, invalid, "inputs[0].contents: ");
+  ModelInferRequest both = transpose("FP32", {1, 1});
+  both.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+  ExpectError(both, invalid, "inputs[0].contents: ");
+}
+
+TEST(InferenceServiceAuthTest, EveryRpcNeedsAToken) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend(1);
+  ServerConfig config;
+  config.listen = "";
+  const std::string token = "user-token-0123456789abcdef";
+  config.auth_tokens.entries = {{token, "team-a", Role::kUser}};
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, backend.get(), "test");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = GRPCInferenceService::NewStub((*server)->InProcessChannel());
+  const auto unauthenticated = [](const grpc::Status& s) {
+    return s.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+  };
+  {
+    grpc::ClientContext c;
+    inference::ServerLiveResponse r;
+    EXPECT_TRUE(unauthenticated(
+        stub->ServerLive(&c, inference::ServerLiveRequest(), &r)));
+  }
+  {
+    grpc::ClientContext c;
+    inference::ServerReadyResponse r;
+    EXPECT_TRUE(unauthenticated(
+        stub->ServerReady(&c, inference::ServerReadyRequest(), &r)));
+  }
+  {
+    grpc::ClientContext c;
+    inference::ModelReadyRequest q;
+    q.set_name("identity");
+    inference::ModelReadyResponse r;
+    EXPECT_TRUE(unauthenticated(stub->ModelReady(&c, q, &r)));
+  }
+  {
+    grpc::ClientContext c;
+    inference::ServerMetadataResponse r;
+    EXPECT_TRUE(unauthenticated(
+        stub->ServerMetadata(&c, inference::ServerMetadataRequest(), &r)));
+  }
+  {
+    grpc::ClientContext c;
+    inference::ModelMetadataRequest q;
+    q.set_name("identity");
+    inference::ModelMetadataResponse r;
+    EXPECT_TRUE(unauthenticated(stub->ModelMetadata(&c, q, &r)));
+  }
+  for (const char* model : {"identity", "transpose"}) {
+    SCOPED_TRACE(model);
+    const ModelInferRequest request =
+        RawRequest(model, "FP32", {2, 2}, std::string(16, '\0'));
+    {
+      grpc::ClientContext c;
+      ModelInferResponse r;
+      EXPECT_TRUE(unauthenticated(stub->ModelInfer(&c, request, &r)));
+    }
+    grpc::ClientContext c;
+    c.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    ModelInferResponse r;
+    const grpc::Status status = stub->ModelInfer(&c, request, &r);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+}
+
+}  // namespace
+}  // namespace coalesce
