@@ -259,8 +259,8 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
       running->shared_memory.get(), running->authenticator.get(),
       running->scheduler.get());
   running->inference = std::make_unique<InferenceService>(
-      backend, running->authenticator.get(), running->service.get(),
-      COALESCE_VERSION);
+      backend, running->authenticator.get(), running->metrics.get(),
+      running->service.get(), COALESCE_VERSION);
   grpc::ServerBuilder builder;
   if (!config.listen.empty()) {
     builder.AddListeningPort(config.listen, credentials, &running->port);

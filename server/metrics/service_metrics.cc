@@ -24,6 +24,18 @@ absl::string_view RpcName(Rpc rpc) {
       return "unregister_shared_memory";
     case Rpc::kListSharedMemory:
       return "list_shared_memory";
+    case Rpc::kServerLive:
+      return "kserve_server_live";
+    case Rpc::kServerReady:
+      return "kserve_server_ready";
+    case Rpc::kModelReady:
+      return "kserve_model_ready";
+    case Rpc::kServerMetadata:
+      return "kserve_server_metadata";
+    case Rpc::kModelMetadata:
+      return "kserve_model_metadata";
+    case Rpc::kModelInfer:
+      return "kserve_model_infer";
     default:
       return OpName(static_cast<OpKind>(rpc));
   }

@@ -23,8 +23,11 @@
 
 namespace coalesce {
 
-// The RPCs of coalesce.v1.TensorOps. The four that run a kernel share their
-// numbering with OpKind.
+// The RPCs of coalesce.v1.TensorOps, then those of the KServe v2
+// inference.GRPCInferenceService. The four that run a kernel share their
+// numbering with OpKind. A ModelInfer that runs a native op is reported as
+// that op (kTranspose); kModelInfer counts the others (identity, and those
+// refused before reaching an op).
 enum class Rpc : int {
   kTranspose = 0,
   kGemm = 1,
@@ -40,8 +43,14 @@ enum class Rpc : int {
   kRegisterSharedMemory = 11,
   kUnregisterSharedMemory = 12,
   kListSharedMemory = 13,
+  kServerLive = 14,
+  kServerReady = 15,
+  kModelReady = 16,
+  kServerMetadata = 17,
+  kModelMetadata = 18,
+  kModelInfer = 19,
 };
-inline constexpr int kNumRpcs = 14;
+inline constexpr int kNumRpcs = 20;
 inline constexpr int kNumKernelRpcs = 4;
 static_assert(static_cast<int>(Rpc::kGeluLayerNorm) ==
                   static_cast<int>(OpKind::kGeluLayerNorm) &&
@@ -53,7 +62,8 @@ inline bool RunsKernel(Rpc rpc) {
   return static_cast<int>(rpc) < kNumKernelRpcs;
 }
 // OpName of the op for the four kernel RPCs; the RPC's name in snake case
-// ("get_server_info", "put_tensor", ...) for the others.
+// ("get_server_info", "put_tensor", ...) for the others, prefixed "kserve_"
+// for the KServe ones ("kserve_model_infer").
 absl::string_view RpcName(Rpc rpc);
 
 // One successful kernel execution.

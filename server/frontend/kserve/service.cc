@@ -13,6 +13,7 @@
 #include "base/quote.h"
 #include "base/shape.h"
 #include "base/status_macros.h"
+#include "server/frontend/rpc_call.h"
 #include "server/frontend/status.h"
 
 namespace coalesce {
@@ -253,10 +254,13 @@ void ReportAsParameters(const v1::KernelReport& report,
   params["report.batch_size"] = Int64Param(report.batch_size());
 }
 
+// Finishes call with status and answers with it.
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
-                                 const absl::Status& status) {
+                                 RpcCall& call, const absl::Status& status,
+                                 const google::protobuf::Message& request,
+                                 const google::protobuf::Message& response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
+  reactor->Finish(call.Finish(status, request, response));
   return reactor;
 }
 
@@ -271,45 +275,54 @@ struct InferenceService::TransposeCall {
 
 InferenceService::InferenceService(const Backend* backend,
                                    const Authenticator* auth,
+                                   ServiceMetrics* metrics,
                                    TensorOpsService* ops, std::string version)
-    : backend_(backend), auth_(auth), ops_(ops), version_(std::move(version)) {}
+    : backend_(backend),
+      auth_(auth),
+      metrics_(metrics),
+      ops_(ops),
+      version_(std::move(version)) {}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(
     grpc::CallbackServerContext* context,
-    const inference::ServerLiveRequest* /*request*/,
+    const inference::ServerLiveRequest* request,
     inference::ServerLiveResponse* response) {
+  RpcCall call(metrics_, Rpc::kServerLive);
   const absl::Status caller = auth_->Authenticate(*context).status();
   if (caller.ok()) response->set_live(true);
-  return Answer(context, caller);
+  return Answer(context, call, caller, *request, *response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerReady(
     grpc::CallbackServerContext* context,
-    const inference::ServerReadyRequest* /*request*/,
+    const inference::ServerReadyRequest* request,
     inference::ServerReadyResponse* response) {
+  RpcCall call(metrics_, Rpc::kServerReady);
   const absl::Status caller = auth_->Authenticate(*context).status();
   // A sticky device fault makes the server unready, as it turns the health
   // service NOT_SERVING.
   if (caller.ok()) response->set_ready(backend_->Health().ok());
-  return Answer(context, caller);
+  return Answer(context, call, caller, *request, *response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelReady(
     grpc::CallbackServerContext* context,
     const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
+  RpcCall call(metrics_, Rpc::kModelReady);
   absl::Status status = auth_->Authenticate(*context).status();
   if (status.ok()) {
     status = CheckModel(request->name(), "name", request->version(), "version");
   }
   if (status.ok()) response->set_ready(backend_->Health().ok());
-  return Answer(context, status);
+  return Answer(context, call, status, *request, *response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* context,
-    const inference::ServerMetadataRequest* /*request*/,
+    const inference::ServerMetadataRequest* request,
     inference::ServerMetadataResponse* response) {
+  RpcCall call(metrics_, Rpc::kServerMetadata);
   const absl::Status caller = auth_->Authenticate(*context).status();
   if (caller.ok()) {
     response->set_name("coalesce");
@@ -317,18 +330,19 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     // Request parameters (transpose's "variant" and "report").
     response->add_extensions("parameters");
   }
-  return Answer(context, caller);
+  return Answer(context, call, caller, *request, *response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context,
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
+  RpcCall call(metrics_, Rpc::kModelMetadata);
   absl::Status status = auth_->Authenticate(*context).status();
   if (status.ok()) {
     status = CheckModel(request->name(), "name", request->version(), "version");
   }
-  if (!status.ok()) return Answer(context, status);
+  if (!status.ok()) return Answer(context, call, status, *request, *response);
   response->set_name(request->name());
   response->add_versions(kVersion);
   response->set_platform("coalesce");
@@ -347,7 +361,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     in->add_shape(-1);
     out->add_shape(-1);
   }
-  return Answer(context, absl::OkStatus());
+  return Answer(context, call, absl::OkStatus(), *request, *response);
 }
 
 absl::Status InferenceService::Identity(ModelInferRequest& request,
@@ -428,12 +442,24 @@ absl::Status InferenceService::BuildTranspose(ModelInferRequest& request,
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     grpc::CallbackServerContext* context, const ModelInferRequest* request,
     ModelInferResponse* response) {
+  // Reported as kModelInfer unless it reaches a native op (then as that
+  // op, by ops_): the call starts counting once that is known, from here.
+  const RpcCall::Clock::time_point start = RpcCall::Clock::now();
+  const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
+  const auto answer = [&](const absl::Status& status) {
+    RpcCall call(metrics_, Rpc::kModelInfer, start);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(call.Finish(
+        status, request_bytes,
+        status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0));
+    return reactor;
+  };
   absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return Answer(context, caller.status());
+  if (!caller.ok()) return answer(caller.status());
   const absl::Status model =
       CheckModel(request->model_name(), "model_name", request->model_version(),
                  "model_version");
-  if (!model.ok()) return Answer(context, model);
+  if (!model.ok()) return answer(model);
   // The input's bytes move out of the request (into the response or the
   // native request) instead of being copied: gRPC owns the message, which
   // is no const object, until the call ends, and nothing reads it after
@@ -443,11 +469,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
   response->set_model_version(kVersion);
   response->set_id(request->id());
   if (request->model_name() == kIdentity) {
-    return Answer(context, Identity(moving, response));
+    return answer(Identity(moving, response));
   }
   auto call = std::make_shared<TransposeCall>();
   const absl::Status built = BuildTranspose(moving, &call->native);
-  if (!built.ok()) return Answer(context, built);
+  if (!built.ok()) return answer(built);
   call->input = FindInput(*request).value();
   const std::string datatype = request->inputs(call->input).datatype();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

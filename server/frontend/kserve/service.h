@@ -11,7 +11,8 @@
 // path (decode, queue, selection, backend), so both protocols share every
 // check and kernel; the input's raw bytes are moved into it and the
 // output's moved back out, never copied. Every RPC is authenticated like a
-// native one; errors are absl::Status naming the protocol's field
+// native one and reported to the metrics; errors are absl::Status naming the
+// protocol's field
 // ("inputs[0].shape[1]: ...", "model_name: ...") and become grpc::Status at
 // the edge (status.h). Thread-safe, like the native service.
 #pragma once
@@ -23,6 +24,7 @@
 #include "kernels/core/backend.h"
 #include "server/auth/authenticator.h"
 #include "server/frontend/native/service.h"
+#include "server/metrics/service_metrics.h"
 
 namespace coalesce {
 
@@ -35,10 +37,12 @@ class InferenceService final
   // The one version of each model.
   static constexpr const char* kVersion = "1";
 
-  // backend, auth and ops are not owned and must outlive the service; ops
-  // runs the transposes. version is ServerMetadata's.
+  // backend, auth, metrics and ops are not owned and must outlive the
+  // service; ops runs the transposes. version is ServerMetadata's. Every
+  // RPC is reported to metrics (a transpose as ops reports it).
   InferenceService(const Backend* backend, const Authenticator* auth,
-                   TensorOpsService* ops, std::string version);
+                   ServiceMetrics* metrics, TensorOpsService* ops,
+                   std::string version);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -79,6 +83,7 @@ class InferenceService final
 
   const Backend* const backend_;
   const Authenticator* const auth_;
+  ServiceMetrics* const metrics_;
   TensorOpsService* const ops_;
   const std::string version_;
 };

@@ -423,6 +423,40 @@ TEST_F(InferenceServiceTest, BadRequestsNameTheirField) {
   ExpectError(both, invalid, "inputs[0].contents: ");
 }
 
+// Each RPC is counted once: a transpose as the native op it runs, the
+// rest under their own names.
+TEST_F(InferenceServiceTest, EveryRpcIsReportedToTheMetrics) {
+  {
+    grpc::ClientContext context;
+    inference::ModelReadyRequest request;
+    request.set_name("identity");
+    inference::ModelReadyResponse response;
+    ASSERT_TRUE(stub_->ModelReady(&context, request, &response).ok());
+  }
+  ModelInferResponse response;
+  ASSERT_TRUE(
+      Infer(RawRequest("identity", "UINT8", {4}, "abcd"), &response).ok());
+  response.Clear();
+  ASSERT_TRUE(
+      Infer(RawRequest("transpose", "FP32", {2, 2}, std::string(16, '\0')),
+            &response)
+          .ok());
+  response.Clear();
+  EXPECT_FALSE(
+      Infer(RawRequest("resnet", "FP32", {1}, "abcd"), &response).ok());
+  const std::string text = server_->registry->Serialize();
+  for (const char* series : {
+           "coalesce_requests_total{op=\"kserve_model_ready\",code=\"OK\"} 1",
+           "coalesce_requests_total{op=\"kserve_model_infer\",code=\"OK\"} 1",
+           "coalesce_requests_total{op=\"kserve_model_infer\",code=\"NOT_"
+           "FOUND\"} 1",
+           "coalesce_requests_total{op=\"transpose\",code=\"OK\"} 1",
+           "coalesce_requests_in_flight{op=\"kserve_model_infer\"} 0",
+       }) {
+    EXPECT_THAT(text, HasSubstr(series));
+  }
+}
+
 TEST(InferenceServiceAuthTest, EveryRpcNeedsAToken) {
   std::unique_ptr<Backend> backend = CreateCpuBackend(1);
   ServerConfig config;

@@ -1,7 +1,6 @@
 #include "server/frontend/native/service.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -25,12 +24,6 @@
 
 namespace coalesce {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Which roofline ceiling applies: compute when the arithmetic intensity is
 // past the ridge point (peak FLOP/s over bandwidth).
@@ -172,62 +165,6 @@ void FillDeviceInfo(const DeviceInfo& dev, v1::DeviceInfo* out) {
 
 }  // namespace
 
-// Reports one RPC to the metrics: started on construction, finished by Finish,
-// which every return path of a handler goes through.
-class TensorOpsService::Call {
- public:
-  Call(ServiceMetrics* metrics, Rpc rpc)
-      : metrics_(metrics), rpc_(rpc), start_(Clock::now()) {
-    metrics_->RpcStarted(rpc_);
-  }
-  Call(const Call&) = delete;
-  Call& operator=(const Call&) = delete;
-
-  ServiceMetrics& metrics() { return *metrics_; }
-
-  // The request leaves the service for the backend.
-  void BackendStarted() {
-    reached_backend_ = true;
-    backend_started_ = SecondsSince(start_);
-    metrics_->BackendStarted(rpc_);
-  }
-  // The backend returned: the queue time ends where the launch began, after
-  // the backend's own wait for a stream.
-  void Launched(const RunResult& run) {
-    metrics_->Launched(rpc_, backend_started_ + run.stream_wait_seconds);
-  }
-
-  grpc::Status Finish(const absl::Status& status,
-                      const google::protobuf::Message& request,
-                      const google::protobuf::Message& response) {
-    // gRPC sends no message with an error status.
-    return Finish(
-        status, static_cast<int64_t>(request.ByteSizeLong()),
-        status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0);
-  }
-
-  // For streams: the bytes of every message, as counted by the handler.
-  grpc::Status Finish(const absl::Status& status, int64_t request_bytes,
-                      int64_t response_bytes) {
-    RpcOutcome outcome;
-    outcome.rpc = rpc_;
-    outcome.code = status.code();
-    outcome.seconds = SecondsSince(start_);
-    outcome.request_bytes = request_bytes;
-    outcome.response_bytes = response_bytes;
-    outcome.reached_backend = reached_backend_;
-    metrics_->RpcFinished(outcome);
-    return ToGrpcStatus(status);
-  }
-
- private:
-  ServiceMetrics* const metrics_;
-  const Rpc rpc_;
-  const Clock::time_point start_;
-  bool reached_backend_ = false;
-  double backend_started_ = 0;  // seconds after start_
-};
-
 TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
                                    std::string backend_reason,
                                    ServiceMetrics* metrics, Selector* selector,
@@ -365,7 +302,7 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
   call.BackendStarted();
   const absl::Status status =
       backend_->Execute(*selection.variant, d.problem, operands, &run);
-  call.Launched(run);
+  call.Launched(run.stream_wait_seconds);
   if (!status.ok()) {
     Abandon(caller, created);
     PublishHealth();
@@ -641,7 +578,7 @@ bool TensorOpsService::RunStacked(
   RunResult run;
   const absl::Status status =
       backend_->ExecuteStacked(variant, merged, parts, operands, &run);
-  for (Placed& p : placed) p.state->call.Launched(run);
+  for (Placed& p : placed) p.state->call.Launched(run.stream_wait_seconds);
   if (!status.ok()) {
     for (Placed& p : placed) {
       Abandon(p.state->caller, p.created);

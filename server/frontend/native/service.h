@@ -29,6 +29,7 @@
 #include "server/auth/authenticator.h"
 #include "server/config.h"
 #include "server/frontend/native/codec.h"
+#include "server/frontend/rpc_call.h"
 #include "server/metrics/service_metrics.h"
 #include "server/scheduler/scheduler.h"
 #include "server/store/shared_memory.h"
@@ -136,8 +137,8 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   static constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
 
  private:
-  // One RPC as the metrics see it (service.cc).
-  class Call;
+  // One RPC as the metrics see it.
+  using Call = RpcCall;
   // An op call between its handler and its Finish (service.cc).
   struct OpState;
   // The streams, one object per call (service.cc).
