@@ -391,8 +391,10 @@ absl::Status InferenceService::Identity(ModelInferRequest& request,
 }
 
 absl::Status InferenceService::BuildTranspose(ModelInferRequest& request,
-                                              v1::TransposeRequest* native) {
+                                              TransposeCall* call) {
   COALESCE_ASSIGN_OR_RETURN(const int i, FindInput(request));
+  call->input = i;
+  v1::TransposeRequest* native = &call->native;
   ModelInferRequest::InferInputTensor& in = *request.mutable_inputs(i);
   const std::string field = absl::StrCat("inputs[", i, "]");
   COALESCE_ASSIGN_OR_RETURN(
@@ -472,9 +474,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     return answer(Identity(moving, response));
   }
   auto call = std::make_shared<TransposeCall>();
-  const absl::Status built = BuildTranspose(moving, &call->native);
+  const absl::Status built = BuildTranspose(moving, call.get());
   if (!built.ok()) return answer(built);
-  call->input = FindInput(*request).value();
   const std::string datatype = request->inputs(call->input).datatype();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   ops_->RunTranspose(

@@ -76,10 +76,10 @@ class InferenceService final
   // Answers identity in response (the input moved to the output).
   absl::Status Identity(inference::ModelInferRequest& request,
                         inference::ModelInferResponse* response);
-  // Builds the native request from the checked KServe one, moving the
-  // input's bytes into it.
+  // Checks the KServe request and builds call's native request from it,
+  // moving the input's bytes into it.
   absl::Status BuildTranspose(inference::ModelInferRequest& request,
-                              v1::TransposeRequest* native);
+                              TransposeCall* call);
 
   const Backend* const backend_;
   const Authenticator* const auth_;
