@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -391,17 +392,87 @@ std::string TensorOpsService::BatchKey(const DecodedRequest& d) const {
   return key;
 }
 
+namespace {
+
+// Each op's RPC, decoder and response outputs (in the decoded problem's
+// output order; null for one not asked for), for RunOp.
+template <typename Request>
+struct OpTraits;
+
+template <>
+struct OpTraits<v1::TransposeRequest> {
+  using Response = v1::TransposeResponse;
+  static constexpr Rpc kRpc = Rpc::kTranspose;
+  static constexpr auto kDecode = &DecodeTranspose;
+  static absl::InlinedVector<v1::Tensor*, 2> Outputs(const DecodedRequest&,
+                                                     Response* r) {
+    return {r->mutable_output()};
+  }
+};
+
+template <>
+struct OpTraits<v1::GemmRequest> {
+  using Response = v1::GemmResponse;
+  static constexpr Rpc kRpc = Rpc::kGemm;
+  static constexpr auto kDecode = &DecodeGemm;
+  static absl::InlinedVector<v1::Tensor*, 2> Outputs(const DecodedRequest&,
+                                                     Response* r) {
+    return {r->mutable_d()};
+  }
+};
+
+template <>
+struct OpTraits<v1::ConvertLayoutRequest> {
+  using Response = v1::ConvertLayoutResponse;
+  static constexpr Rpc kRpc = Rpc::kConvertLayout;
+  static constexpr auto kDecode = &DecodeConvertLayout;
+  static absl::InlinedVector<v1::Tensor*, 2> Outputs(const DecodedRequest&,
+                                                     Response* r) {
+    return {r->mutable_output()};
+  }
+};
+
+template <>
+struct OpTraits<v1::GeluLayerNormRequest> {
+  using Response = v1::GeluLayerNormResponse;
+  static constexpr Rpc kRpc = Rpc::kGeluLayerNorm;
+  static constexpr auto kDecode = &DecodeGeluLayerNorm;
+  static absl::InlinedVector<v1::Tensor*, 2> Outputs(const DecodedRequest& d,
+                                                     Response* r) {
+    return {r->mutable_y(),
+            d.sizes.outputs[kLnH] > 0 ? r->mutable_h() : nullptr};
+  }
+};
+
+}  // namespace
+
+template <typename Request, typename Response>
+void TensorOpsService::RunOp(grpc::CallbackServerContext* context,
+                             absl::StatusOr<Caller> caller,
+                             const Request* request, Response* response,
+                             std::function<void(grpc::Status)> done) {
+  using Traits = OpTraits<Request>;
+  static_assert(std::is_same_v<Response, typename Traits::Response>);
+  SubmitOp(
+      context, Traits::kRpc, std::move(caller), request, response,
+      [&](const DataPlane& plane) {
+        return Traits::kDecode(*request, config_.max_tensor_bytes,
+                               /*shape_only=*/false, plane);
+      },
+      [response](const DecodedRequest& d) {
+        return OpSlots{Traits::Outputs(d, response),
+                       d.report ? response->mutable_report() : nullptr};
+      },
+      std::move(done));
+}
+
+template <typename Request, typename Response>
 grpc::ServerUnaryReactor* TensorOpsService::StartOp(
-    grpc::CallbackServerContext* context, Rpc rpc,
-    const google::protobuf::Message* request,
-    google::protobuf::Message* response,
-    absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)> decode,
-    absl::FunctionRef<OpSlots(const DecodedRequest&)> slots) {
+    grpc::CallbackServerContext* context, const Request* request,
+    Response* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  SubmitOp(context, rpc, auth_->Authenticate(*context), request, response,
-           decode, slots, [reactor](grpc::Status status) {
-             reactor->Finish(std::move(status));
-           });
+  RunOp(context, auth_->Authenticate(*context), request, response,
+        [reactor](grpc::Status status) { reactor->Finish(std::move(status)); });
   return reactor;
 }
 
@@ -410,17 +481,31 @@ void TensorOpsService::RunTranspose(grpc::CallbackServerContext* context,
                                     const v1::TransposeRequest* request,
                                     v1::TransposeResponse* response,
                                     std::function<void(grpc::Status)> done) {
-  SubmitOp(
-      context, Rpc::kTranspose, std::move(caller), request, response,
-      [&](const DataPlane& plane) {
-        return DecodeTranspose(*request, config_.max_tensor_bytes,
-                               /*shape_only=*/false, plane);
-      },
-      [response](const DecodedRequest& d) {
-        return OpSlots{{response->mutable_output()},
-                       d.report ? response->mutable_report() : nullptr};
-      },
-      std::move(done));
+  RunOp(context, std::move(caller), request, response, std::move(done));
+}
+
+void TensorOpsService::RunGemm(grpc::CallbackServerContext* context,
+                               absl::StatusOr<Caller> caller,
+                               const v1::GemmRequest* request,
+                               v1::GemmResponse* response,
+                               std::function<void(grpc::Status)> done) {
+  RunOp(context, std::move(caller), request, response, std::move(done));
+}
+
+void TensorOpsService::RunConvertLayout(
+    grpc::CallbackServerContext* context, absl::StatusOr<Caller> caller,
+    const v1::ConvertLayoutRequest* request,
+    v1::ConvertLayoutResponse* response,
+    std::function<void(grpc::Status)> done) {
+  RunOp(context, std::move(caller), request, response, std::move(done));
+}
+
+void TensorOpsService::RunGeluLayerNorm(
+    grpc::CallbackServerContext* context, absl::StatusOr<Caller> caller,
+    const v1::GeluLayerNormRequest* request,
+    v1::GeluLayerNormResponse* response,
+    std::function<void(grpc::Status)> done) {
+  RunOp(context, std::move(caller), request, response, std::move(done));
 }
 
 void TensorOpsService::SubmitOp(
@@ -605,60 +690,27 @@ bool TensorOpsService::RunStacked(
 grpc::ServerUnaryReactor* TensorOpsService::Transpose(
     grpc::CallbackServerContext* context, const v1::TransposeRequest* request,
     v1::TransposeResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RunTranspose(
-      context, auth_->Authenticate(*context), request, response,
-      [reactor](grpc::Status status) { reactor->Finish(std::move(status)); });
-  return reactor;
+  return StartOp(context, request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::Gemm(
     grpc::CallbackServerContext* context, const v1::GemmRequest* request,
     v1::GemmResponse* response) {
-  return StartOp(
-      context, Rpc::kGemm, request, response,
-      [&](const DataPlane& plane) {
-        return DecodeGemm(*request, config_.max_tensor_bytes,
-                          /*shape_only=*/false, plane);
-      },
-      [response](const DecodedRequest& d) {
-        return OpSlots{{response->mutable_d()},
-                       d.report ? response->mutable_report() : nullptr};
-      });
+  return StartOp(context, request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::ConvertLayout(
     grpc::CallbackServerContext* context,
     const v1::ConvertLayoutRequest* request,
     v1::ConvertLayoutResponse* response) {
-  return StartOp(
-      context, Rpc::kConvertLayout, request, response,
-      [&](const DataPlane& plane) {
-        return DecodeConvertLayout(*request, config_.max_tensor_bytes,
-                                   /*shape_only=*/false, plane);
-      },
-      [response](const DecodedRequest& d) {
-        return OpSlots{{response->mutable_output()},
-                       d.report ? response->mutable_report() : nullptr};
-      });
+  return StartOp(context, request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::GeluLayerNorm(
     grpc::CallbackServerContext* context,
     const v1::GeluLayerNormRequest* request,
     v1::GeluLayerNormResponse* response) {
-  return StartOp(
-      context, Rpc::kGeluLayerNorm, request, response,
-      [&](const DataPlane& plane) {
-        return DecodeGeluLayerNorm(*request, config_.max_tensor_bytes,
-                                   /*shape_only=*/false, plane);
-      },
-      [response](const DecodedRequest& d) {
-        v1::Tensor* h =
-            d.sizes.outputs[kLnH] > 0 ? response->mutable_h() : nullptr;
-        return OpSlots{{response->mutable_y(), h},
-                       d.report ? response->mutable_report() : nullptr};
-      });
+  return StartOp(context, request, response);
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::GetServerInfo(

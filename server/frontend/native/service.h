@@ -132,6 +132,21 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                     const v1::TransposeRequest* request,
                     v1::TransposeResponse* response,
                     std::function<void(grpc::Status)> done);
+  // The other ops' paths, as RunTranspose's (each counts as its RPC).
+  void RunGemm(grpc::CallbackServerContext* context,
+               absl::StatusOr<Caller> caller, const v1::GemmRequest* request,
+               v1::GemmResponse* response,
+               std::function<void(grpc::Status)> done);
+  void RunConvertLayout(grpc::CallbackServerContext* context,
+                        absl::StatusOr<Caller> caller,
+                        const v1::ConvertLayoutRequest* request,
+                        v1::ConvertLayoutResponse* response,
+                        std::function<void(grpc::Status)> done);
+  void RunGeluLayerNorm(grpc::CallbackServerContext* context,
+                        absl::StatusOr<Caller> caller,
+                        const v1::GeluLayerNormRequest* request,
+                        v1::GeluLayerNormResponse* response,
+                        std::function<void(grpc::Status)> done);
 
   // GetTensor's chunk size when the request names none.
   static constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
@@ -154,15 +169,17 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   // The default reactor, finished with status.
   static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                           grpc::Status status);
-  // An op's handler: authenticates, then SubmitOp, its reactor finished
-  // with the call's status.
-  grpc::ServerUnaryReactor* StartOp(
-      grpc::CallbackServerContext* context, Rpc rpc,
-      const google::protobuf::Message* request,
-      google::protobuf::Message* response,
-      absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)>
-          decode,
-      absl::FunctionRef<OpSlots(const DecodedRequest&)> slots);
+  // An op's path (the Run* wrappers): SubmitOp with the op's RPC, decoder
+  // and response outputs (OpTraits, service.cc).
+  template <typename Request, typename Response>
+  void RunOp(grpc::CallbackServerContext* context,
+             absl::StatusOr<Caller> caller, const Request* request,
+             Response* response, std::function<void(grpc::Status)> done);
+  // An op's handler: authenticates, then RunOp, its reactor finished with
+  // the call's status.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* StartOp(grpc::CallbackServerContext* context,
+                                    const Request* request, Response* response);
   // The op path without a reactor, shared by the native RPCs and other
   // front ends: with caller authenticated, decodes and queues the run on the
   // scheduler; done gets the call's status once (at once for an error).
