@@ -2,13 +2,19 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "base/quote.h"
 #include "base/shape.h"
@@ -48,35 +54,395 @@ absl::StatusOr<int> ElementBytes(absl::string_view datatype,
       absl::StrCat(field, ": unknown datatype ", Quoted(datatype)));
 }
 
-// The native dtype of a transpose input.
+// The native dtype of an input of model (FP32, FP16 or BF16).
 absl::StatusOr<v1::DataType> NativeDType(absl::string_view datatype,
-                                         absl::string_view field) {
+                                         absl::string_view field,
+                                         absl::string_view model) {
   COALESCE_RETURN_IF_ERROR(ElementBytes(datatype, field).status());
   if (datatype == "FP32") return v1::DATA_TYPE_FLOAT32;
   if (datatype == "FP16") return v1::DATA_TYPE_FLOAT16;
   if (datatype == "BF16") return v1::DATA_TYPE_BFLOAT16;
+  return absl::InvalidArgumentError(absl::StrCat(field, ": model ",
+                                                 Quoted(model),
+                                                 " takes FP32, FP16 or BF16, "
+                                                 "got ",
+                                                 Quoted(datatype)));
+}
+
+// The protocol's name of a native output's dtype.
+absl::string_view KServeDatatype(v1::DataType dtype) {
+  switch (dtype) {
+    case v1::DATA_TYPE_FLOAT16:
+      return "FP16";
+    case v1::DATA_TYPE_BFLOAT16:
+      return "BF16";
+    default:
+      return "FP32";
+  }
+}
+
+// A model's tensor: its name in the protocol and in the native request or
+// response (the field of type v1::Tensor), whether an input must be given,
+// and the rank ModelMetadata advertises (every dimension -1).
+struct TensorSpec {
+  absl::string_view name;
+  absl::string_view native;
+  bool required;
+  int rank;
+};
+
+// A protocol parameter's native field, for the native codec's errors.
+struct ParameterRename {
+  absl::string_view native;
+  absl::string_view name;
+};
+
+// Runs a native request through ops: the Run* wrapper of its op.
+using NativeRun = void (*)(TensorOpsService* ops,
+                           grpc::CallbackServerContext* context,
+                           absl::StatusOr<Caller> caller,
+                           const google::protobuf::Message* request,
+                           google::protobuf::Message* response,
+                           std::function<void(grpc::Status)> done);
+// Sets the native request's fields from the request's parameters.
+using ParametersToNative = absl::Status (*)(const ModelInferRequest& request,
+                                            google::protobuf::Message* native);
+
+// A served model. identity has no native op (run is null).
+struct ModelSpec {
+  absl::string_view name;
+  absl::Span<const TensorSpec> inputs;
+  absl::Span<const TensorSpec> outputs;
+  absl::Span<const ParameterRename> renames;
+  std::unique_ptr<google::protobuf::Message> (*new_request)();
+  std::unique_ptr<google::protobuf::Message> (*new_response)();
+  NativeRun run;
+  ParametersToNative parameters;
+};
+
+template <typename M>
+std::unique_ptr<google::protobuf::Message> New() {
+  return std::make_unique<M>();
+}
+
+template <typename Request, typename Response,
+          void (TensorOpsService::*kRun)(
+              grpc::CallbackServerContext*, absl::StatusOr<Caller>,
+              const Request*, Response*, std::function<void(grpc::Status)>)>
+void RunAs(TensorOpsService* ops, grpc::CallbackServerContext* context,
+           absl::StatusOr<Caller> caller,
+           const google::protobuf::Message* request,
+           google::protobuf::Message* response,
+           std::function<void(grpc::Status)> done) {
+  (ops->*kRun)(context, std::move(caller), static_cast<const Request*>(request),
+               static_cast<Response*>(response), std::move(done));
+}
+
+// The request's parameter name, if given; INVALID_ARGUMENT naming it when
+// it is not of the kind wanted.
+const InferParameter* FindParameter(const ModelInferRequest& r,
+                                    absl::string_view name) {
+  const auto it = r.parameters().find(std::string(name));
+  return it == r.parameters().end() ? nullptr : &it->second;
+}
+absl::Status WrongKind(absl::string_view name, absl::string_view kind) {
   return absl::InvalidArgumentError(
-      absl::StrCat(field, ": model 'transpose' takes FP32, FP16 or BF16, got ",
-                   Quoted(datatype)));
+      absl::StrCat("parameters.", name, ": must be a ", kind));
+}
+absl::StatusOr<std::optional<std::string>> StringParameter(
+    const ModelInferRequest& r, absl::string_view name) {
+  const InferParameter* p = FindParameter(r, name);
+  if (p == nullptr) return std::nullopt;
+  if (p->parameter_choice_case() != InferParameter::kStringParam) {
+    return WrongKind(name, "string_param");
+  }
+  return p->string_param();
+}
+absl::StatusOr<std::optional<bool>> BoolParameter(const ModelInferRequest& r,
+                                                  absl::string_view name) {
+  const InferParameter* p = FindParameter(r, name);
+  if (p == nullptr) return std::nullopt;
+  if (p->parameter_choice_case() != InferParameter::kBoolParam) {
+    return WrongKind(name, "bool_param");
+  }
+  return p->bool_param();
+}
+absl::StatusOr<std::optional<int64_t>> Int64Parameter(
+    const ModelInferRequest& r, absl::string_view name) {
+  const InferParameter* p = FindParameter(r, name);
+  if (p == nullptr) return std::nullopt;
+  if (p->parameter_choice_case() != InferParameter::kInt64Param) {
+    return WrongKind(name, "int64_param");
+  }
+  return p->int64_param();
+}
+// A double_param, or an int64_param (a client's "1" for 1.0).
+absl::StatusOr<std::optional<double>> DoubleParameter(
+    const ModelInferRequest& r, absl::string_view name) {
+  const InferParameter* p = FindParameter(r, name);
+  if (p == nullptr) return std::nullopt;
+  if (p->parameter_choice_case() == InferParameter::kDoubleParam) {
+    return p->double_param();
+  }
+  if (p->parameter_choice_case() == InferParameter::kInt64Param) {
+    return static_cast<double>(p->int64_param());
+  }
+  return WrongKind(name, "double_param");
+}
+
+// "variant" and "report", every native model's: the native options.
+absl::Status OptionsToNative(const ModelInferRequest& r,
+                             v1::ExecutionOptions* options) {
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<std::string> variant,
+                            StringParameter(r, "variant"));
+  if (variant.has_value()) options->set_variant(*variant);
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<bool> report,
+                            BoolParameter(r, "report"));
+  if (report.has_value()) options->set_report(*report);
+  return absl::OkStatus();
+}
+
+absl::Status NoParameters(const ModelInferRequest&,
+                          google::protobuf::Message*) {
+  return absl::OkStatus();
+}
+
+// convert_layout's conversion: exactly one of layout_from with layout_to,
+// permutation, or aos_soa (with fields, optional).
+absl::StatusOr<v1::Layout> LayoutParameter(const ModelInferRequest& r,
+                                           absl::string_view name) {
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<std::string> value,
+                            StringParameter(r, name));
+  if (!value.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters.", name, ": required with ",
+                     name == "layout_from" ? "layout_to" : "layout_from"));
+  }
+  if (*value == "NCHW") return v1::LAYOUT_NCHW;
+  if (*value == "NHWC") return v1::LAYOUT_NHWC;
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameters.", name, ": must be \"NCHW\" or \"NHWC\", got ",
+                   Quoted(*value)));
+}
+
+absl::Status ConvertLayoutParameters(const ModelInferRequest& r,
+                                     google::protobuf::Message* message) {
+  auto* native = static_cast<v1::ConvertLayoutRequest*>(message);
+  const bool layouts = FindParameter(r, "layout_from") != nullptr ||
+                       FindParameter(r, "layout_to") != nullptr;
+  const bool permutation = FindParameter(r, "permutation") != nullptr;
+  const bool aos_soa = FindParameter(r, "aos_soa") != nullptr;
+  const int given = layouts + permutation + aos_soa;
+  if (given != 1) {
+    // Named: the first missing choice, or the second one given.
+    const absl::string_view name = given == 0               ? "layout_from"
+                                   : layouts && permutation ? "permutation"
+                                                            : "aos_soa";
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters.", name, given == 0 ? ": missing" : ": conflicts",
+        "; model 'convert_layout' takes exactly one of layout_from with "
+        "layout_to, permutation, or aos_soa (with fields)"));
+  }
+  if (FindParameter(r, "fields") != nullptr && !aos_soa) {
+    return absl::InvalidArgumentError(
+        "parameters.fields: only with parameters.aos_soa");
+  }
+  if (layouts) {
+    v1::LayoutPair* pair = native->mutable_layouts();
+    COALESCE_ASSIGN_OR_RETURN(const v1::Layout from,
+                              LayoutParameter(r, "layout_from"));
+    COALESCE_ASSIGN_OR_RETURN(const v1::Layout to,
+                              LayoutParameter(r, "layout_to"));
+    pair->set_from(from);
+    pair->set_to(to);
+  } else if (permutation) {
+    COALESCE_ASSIGN_OR_RETURN(const std::optional<std::string> value,
+                              StringParameter(r, "permutation"));
+    v1::Permutation* perm = native->mutable_permutation();
+    for (absl::string_view part : absl::StrSplit(*value, ',')) {
+      int p = 0;
+      if (!absl::SimpleAtoi(part, &p)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameters.permutation: ", Quoted(*value),
+            " is not a comma-separated list of integers (\"0,2,3,1\")"));
+      }
+      perm->add_perm(p);
+    }
+  } else {
+    COALESCE_ASSIGN_OR_RETURN(const std::optional<std::string> value,
+                              StringParameter(r, "aos_soa"));
+    v1::AosSoa* a = native->mutable_aos_soa();
+    if (*value == "aos_to_soa") {
+      a->set_direction(v1::AosSoa::DIRECTION_AOS_TO_SOA);
+    } else if (*value == "soa_to_aos") {
+      a->set_direction(v1::AosSoa::DIRECTION_SOA_TO_AOS);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameters.aos_soa: must be \"aos_to_soa\" or \"soa_to_aos\", "
+          "got ",
+          Quoted(*value)));
+    }
+    COALESCE_ASSIGN_OR_RETURN(const std::optional<int64_t> fields,
+                              Int64Parameter(r, "fields"));
+    if (fields.has_value()) {
+      if (*fields < 0 || *fields > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameters.fields: must be in [0, 2^31), got ", *fields));
+      }
+      a->set_fields(static_cast<int32_t>(*fields));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GeluLayerNormParameters(const ModelInferRequest& r,
+                                     google::protobuf::Message* message) {
+  auto* native = static_cast<v1::GeluLayerNormRequest*>(message);
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<double> epsilon,
+                            DoubleParameter(r, "epsilon"));
+  if (epsilon.has_value()) native->set_epsilon(static_cast<float>(*epsilon));
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<std::string> approximation,
+                            StringParameter(r, "approximation"));
+  if (approximation.has_value()) {
+    if (*approximation == "none") {
+      native->set_approximation(v1::GELU_APPROXIMATION_NONE);
+    } else if (*approximation == "tanh") {
+      native->set_approximation(v1::GELU_APPROXIMATION_TANH);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameters.approximation: must be \"none\" or "
+                       "\"tanh\", got ",
+                       Quoted(*approximation)));
+    }
+  }
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<bool> pre_norm,
+                            BoolParameter(r, "return_pre_norm"));
+  native->set_return_pre_norm(pre_norm.value_or(false));
+  return absl::OkStatus();
+}
+
+absl::Status GemmParameters(const ModelInferRequest& r,
+                            google::protobuf::Message* message) {
+  auto* native = static_cast<v1::GemmRequest*>(message);
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<double> alpha,
+                            DoubleParameter(r, "alpha"));
+  if (alpha.has_value()) native->set_alpha(static_cast<float>(*alpha));
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<double> beta,
+                            DoubleParameter(r, "beta"));
+  if (beta.has_value()) native->set_beta(static_cast<float>(*beta));
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<bool> trans_a,
+                            BoolParameter(r, "trans_a"));
+  native->set_trans_a(trans_a.value_or(false));
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<bool> trans_b,
+                            BoolParameter(r, "trans_b"));
+  native->set_trans_b(trans_b.value_or(false));
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<bool> tf32,
+                            BoolParameter(r, "allow_tf32"));
+  native->set_allow_tf32(tf32.value_or(false));
+  return absl::OkStatus();
+}
+
+constexpr TensorSpec kIdentityInputs[] = {{"INPUT0", "", true, 1}};
+constexpr TensorSpec kIdentityOutputs[] = {{"OUTPUT0", "", true, 1}};
+constexpr TensorSpec kTransposeInputs[] = {{"INPUT0", "input", true, 2}};
+constexpr TensorSpec kTransposeOutputs[] = {{"OUTPUT0", "output", true, 2}};
+constexpr TensorSpec kConvertLayoutInputs[] = {{"INPUT0", "input", true, 4}};
+constexpr TensorSpec kConvertLayoutOutputs[] = {{"OUTPUT0", "output", true, 4}};
+constexpr ParameterRename kConvertLayoutRenames[] = {
+    {"layouts.from", "parameters.layout_from"},
+    {"layouts.to", "parameters.layout_to"},
+    {"layouts", "parameters.layout_from"},
+    {"permutation.perm", "parameters.permutation"},
+    {"aos_soa.direction", "parameters.aos_soa"},
+    {"aos_soa.fields", "parameters.fields"},
+    {"conversion", "parameters"},
+};
+constexpr TensorSpec kGeluLayerNormInputs[] = {
+    {"x", "x", true, 2},
+    {"bias", "bias", false, 1},
+    {"residual", "residual", false, 2},
+    {"gamma", "gamma", false, 1},
+    {"beta", "beta", false, 1},
+};
+constexpr TensorSpec kGeluLayerNormOutputs[] = {{"y", "y", true, 2},
+                                                {"h", "h", false, 2}};
+constexpr ParameterRename kGeluLayerNormRenames[] = {
+    {"epsilon", "parameters.epsilon"},
+    {"approximation", "parameters.approximation"},
+};
+constexpr TensorSpec kGemmInputs[] = {
+    {"a", "a", true, 2}, {"b", "b", true, 2}, {"c", "c", false, 2}};
+constexpr TensorSpec kGemmOutputs[] = {{"d", "d", true, 2}};
+constexpr ParameterRename kGemmRenames[] = {
+    {"alpha", "parameters.alpha"},
+    {"beta", "parameters.beta"},
+};
+
+const ModelSpec kModels[] = {
+    {InferenceService::kIdentity,
+     kIdentityInputs,
+     kIdentityOutputs,
+     {},
+     nullptr,
+     nullptr,
+     nullptr,
+     nullptr},
+    {InferenceService::kTranspose,
+     kTransposeInputs,
+     kTransposeOutputs,
+     {},
+     &New<v1::TransposeRequest>,
+     &New<v1::TransposeResponse>,
+     &RunAs<v1::TransposeRequest, v1::TransposeResponse,
+            &TensorOpsService::RunTranspose>,
+     &NoParameters},
+    {InferenceService::kConvertLayout, kConvertLayoutInputs,
+     kConvertLayoutOutputs, kConvertLayoutRenames,
+     &New<v1::ConvertLayoutRequest>, &New<v1::ConvertLayoutResponse>,
+     &RunAs<v1::ConvertLayoutRequest, v1::ConvertLayoutResponse,
+            &TensorOpsService::RunConvertLayout>,
+     &ConvertLayoutParameters},
+    {InferenceService::kGeluLayerNorm, kGeluLayerNormInputs,
+     kGeluLayerNormOutputs, kGeluLayerNormRenames,
+     &New<v1::GeluLayerNormRequest>, &New<v1::GeluLayerNormResponse>,
+     &RunAs<v1::GeluLayerNormRequest, v1::GeluLayerNormResponse,
+            &TensorOpsService::RunGeluLayerNorm>,
+     &GeluLayerNormParameters},
+    {InferenceService::kGemm, kGemmInputs, kGemmOutputs, kGemmRenames,
+     &New<v1::GemmRequest>, &New<v1::GemmResponse>,
+     &RunAs<v1::GemmRequest, v1::GemmResponse, &TensorOpsService::RunGemm>,
+     &GemmParameters},
+};
+
+const ModelSpec* FindModel(absl::string_view name) {
+  for (const ModelSpec& m : kModels) {
+    if (m.name == name) return &m;
+  }
+  return nullptr;
 }
 
 // NOT_FOUND naming the field unless name is a served model and version is
 // empty (the server's choice) or the served one.
-absl::Status CheckModel(absl::string_view name, absl::string_view name_field,
-                        absl::string_view version,
-                        absl::string_view version_field) {
-  if (name != InferenceService::kIdentity &&
-      name != InferenceService::kTranspose) {
+absl::StatusOr<const ModelSpec*> CheckModel(absl::string_view name,
+                                            absl::string_view name_field,
+                                            absl::string_view version,
+                                            absl::string_view version_field) {
+  const ModelSpec* model = FindModel(name);
+  if (model == nullptr) {
+    std::string served;
+    for (const ModelSpec& m : kModels) {
+      absl::StrAppend(&served, served.empty() ? "" : ", ", m.name);
+    }
     return absl::NotFoundError(absl::StrCat(name_field, ": unknown model ",
-                                            Quoted(name),
-                                            " (served: identity, transpose)"));
+                                            Quoted(name), " (served: ", served,
+                                            ")"));
   }
   if (!version.empty() && version != InferenceService::kVersion) {
     return absl::NotFoundError(absl::StrCat(
         version_field, ": model ", Quoted(name), " has no version ",
         Quoted(version), " (served: \"", InferenceService::kVersion, "\")"));
   }
-  return absl::OkStatus();
+  return model;
 }
 
 // The element count of shape; INVALID_ARGUMENT naming the dimension for a
@@ -125,28 +491,45 @@ int64_t ContentsCount(const InferTensorContents& c,
   return -1;
 }
 
-// Checks the request's tensors against a model with the one input INPUT0
-// and the one output OUTPUT0, and returns INPUT0's index: every input is
-// named INPUT0 (once), raw_input_contents has one entry per input or none,
-// every requested output is OUTPUT0.
-absl::StatusOr<int> FindInput(const ModelInferRequest& r) {
-  int found = -1;
+// Checks the request's tensors against model's and returns each model
+// input's index in the request (-1: an optional one not given): every
+// input is one of the model's (once), the required ones are given,
+// raw_input_contents has one entry per input or none, every requested
+// output is one of the model's.
+absl::StatusOr<std::vector<int>> FindInputs(const ModelInferRequest& r,
+                                            const ModelSpec& model) {
+  std::vector<int> found(model.inputs.size(), -1);
+  const auto names = [](absl::Span<const TensorSpec> tensors) {
+    std::string s;
+    for (const TensorSpec& t : tensors) {
+      absl::StrAppend(&s, s.empty() ? "" : ", ", t.name);
+    }
+    return s;
+  };
   for (int i = 0; i < r.inputs_size(); ++i) {
     const std::string field = absl::StrCat("inputs[", i, "].name");
-    if (r.inputs(i).name() != kInput) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": unknown input ", Quoted(r.inputs(i).name()),
-                       "; model ", Quoted(r.model_name()), " takes ", kInput));
+    size_t k = 0;
+    while (k < model.inputs.size() &&
+           model.inputs[k].name != r.inputs(i).name()) {
+      ++k;
     }
-    if (found >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", kInput, " is also inputs[", found, "]"));
+    if (k == model.inputs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": unknown input ", Quoted(r.inputs(i).name()), "; model ",
+          Quoted(r.model_name()), " takes ", names(model.inputs)));
     }
-    found = i;
+    if (found[k] >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", model.inputs[k].name, " is also inputs[",
+                       found[k], "]"));
+    }
+    found[k] = i;
   }
-  if (found < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("inputs: missing input ", kInput));
+  for (size_t k = 0; k < model.inputs.size(); ++k) {
+    if (found[k] < 0 && model.inputs[k].required) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inputs: missing input ", model.inputs[k].name));
+    }
   }
   if (r.raw_input_contents_size() > 0 &&
       r.raw_input_contents_size() != r.inputs_size()) {
@@ -155,10 +538,13 @@ absl::StatusOr<int> FindInput(const ModelInferRequest& r) {
         r.inputs_size(), " inputs (give one per input, or none)"));
   }
   for (int i = 0; i < r.outputs_size(); ++i) {
-    if (r.outputs(i).name() != kOutput) {
+    const bool known = absl::c_any_of(model.outputs, [&](const TensorSpec& t) {
+      return t.name == r.outputs(i).name();
+    });
+    if (!known) {
       return absl::InvalidArgumentError(absl::StrCat(
           "outputs[", i, "].name: unknown output ", Quoted(r.outputs(i).name()),
-          "; model ", Quoted(r.model_name()), " has ", kOutput));
+          "; model ", Quoted(r.model_name()), " has ", names(model.outputs)));
     }
   }
   return found;
@@ -199,25 +585,48 @@ absl::Status CheckInputData(const ModelInferRequest& r, int i,
   return absl::OkStatus();
 }
 
-// The native codec names its own fields; the caller knows the protocol's.
-grpc::Status InProtocolFields(const grpc::Status& status, int input) {
+// Whether message starts with the field name (whole: followed by '.',
+// '[' or ':').
+bool StartsWithField(absl::string_view message, absl::string_view name) {
+  return absl::StartsWith(message, name) && message.size() > name.size() &&
+         (message[name.size()] == '.' || message[name.size()] == '[' ||
+          message[name.size()] == ':');
+}
+
+// The native codec names its own fields; model and inputs (FindInputs)
+// know the protocol's.
+grpc::Status InProtocolFields(const grpc::Status& status,
+                              const ModelSpec& model,
+                              absl::Span<const int> inputs) {
   if (status.ok()) return status;
-  std::string message = status.error_message();
-  const std::string in = absl::StrCat("inputs[", input, "]");
-  const std::pair<absl::string_view, std::string> renames[] = {
-      {"input.raw", absl::StrCat("raw_input_contents[", input, "]")},
-      {"input.dtype", absl::StrCat(in, ".datatype")},
-      {"input", in},
-      {"options.variant", "parameters.variant"},
-      {"options.report", "parameters.report"},
+  const std::string& message = status.error_message();
+  const auto renamed = [&](absl::string_view from, absl::string_view to) {
+    return grpc::Status(status.error_code(),
+                        absl::StrCat(to, message.substr(from.size())));
   };
-  for (const auto& [from, to] : renames) {
-    if (absl::StartsWith(message, from)) {
-      message = absl::StrCat(to, message.substr(from.size()));
-      break;
+  for (size_t k = 0; k < model.inputs.size(); ++k) {
+    const absl::string_view native = model.inputs[k].native;
+    if (inputs[k] < 0 || !StartsWithField(message, native)) continue;
+    const std::string in = absl::StrCat("inputs[", inputs[k], "]");
+    const std::string raw = absl::StrCat(native, ".raw");
+    const std::string dtype = absl::StrCat(native, ".dtype");
+    if (StartsWithField(message, raw)) {
+      return renamed(raw, absl::StrCat("raw_input_contents[", inputs[k], "]"));
+    }
+    if (StartsWithField(message, dtype)) {
+      return renamed(dtype, absl::StrCat(in, ".datatype"));
+    }
+    return renamed(native, in);
+  }
+  const ParameterRename options[] = {{"options.variant", "parameters.variant"},
+                                     {"options.report", "parameters.report"}};
+  for (absl::Span<const ParameterRename> renames :
+       {model.renames, absl::Span<const ParameterRename>(options)}) {
+    for (const ParameterRename& r : renames) {
+      if (StartsWithField(message, r.native)) return renamed(r.native, r.name);
     }
   }
-  return grpc::Status(status.error_code(), message);
+  return status;
 }
 
 InferParameter StringParam(std::string value) {
@@ -266,13 +675,6 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-// The native request and response of one transpose, alive until its answer.
-struct InferenceService::TransposeCall {
-  v1::TransposeRequest native;
-  v1::TransposeResponse result;
-  int input = 0;  // INPUT0's index in the KServe request
-};
-
 InferenceService::InferenceService(const Backend* backend,
                                    const Authenticator* auth,
                                    ServiceMetrics* metrics,
@@ -312,7 +714,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(
   RpcCall call(metrics_, Rpc::kModelReady);
   absl::Status status = auth_->Authenticate(*context).status();
   if (status.ok()) {
-    status = CheckModel(request->name(), "name", request->version(), "version");
+    status = CheckModel(request->name(), "name", request->version(), "version")
+                 .status();
   }
   if (status.ok()) response->set_ready(backend_->Health().ok());
   return Answer(context, call, status, *request, *response);
@@ -327,7 +730,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
   if (caller.ok()) {
     response->set_name("coalesce");
     response->set_version(version_);
-    // Request parameters (transpose's "variant" and "report").
+    // Request parameters (the native models' options and arguments).
     response->add_extensions("parameters");
   }
   return Answer(context, call, caller, *request, *response);
@@ -338,35 +741,40 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
   RpcCall call(metrics_, Rpc::kModelMetadata);
-  absl::Status status = auth_->Authenticate(*context).status();
-  if (status.ok()) {
-    status = CheckModel(request->name(), "name", request->version(), "version");
+  const absl::Status caller = auth_->Authenticate(*context).status();
+  if (!caller.ok()) return Answer(context, call, caller, *request, *response);
+  const absl::StatusOr<const ModelSpec*> model =
+      CheckModel(request->name(), "name", request->version(), "version");
+  if (!model.ok()) {
+    return Answer(context, call, model.status(), *request, *response);
   }
-  if (!status.ok()) return Answer(context, call, status, *request, *response);
   response->set_name(request->name());
   response->add_versions(kVersion);
   response->set_platform("coalesce");
   // One datatype and shape each, as the protocol allows: identity takes
-  // any datatype and shape, transpose also FP16, BF16 and [-1,-1,-1]; the
-  // ones given are what a client generating data (perf_analyzer) should
-  // send.
-  auto* in = response->add_inputs();
-  auto* out = response->add_outputs();
-  in->set_name(std::string(kInput));
-  out->set_name(std::string(kOutput));
-  in->set_datatype("FP32");
-  out->set_datatype("FP32");
-  const int rank = request->name() == kIdentity ? 1 : 2;
-  for (int i = 0; i < rank; ++i) {
-    in->add_shape(-1);
-    out->add_shape(-1);
+  // any datatype and shape, the others also FP16 and BF16 and other ranks
+  // (transpose [-1,-1,-1], convert_layout 2 to 6 dimensions, gemm a
+  // leading batch dimension; gelu_layer_norm's x any rank); the ones given
+  // are what a client generating data (perf_analyzer) should send. The
+  // optional tensors are listed too.
+  const auto add = [](const TensorSpec& spec,
+                      inference::ModelMetadataResponse::TensorMetadata* t) {
+    t->set_name(std::string(spec.name));
+    t->set_datatype("FP32");
+    for (int i = 0; i < spec.rank; ++i) t->add_shape(-1);
+  };
+  for (const TensorSpec& t : (*model)->inputs) add(t, response->add_inputs());
+  for (const TensorSpec& t : (*model)->outputs) {
+    add(t, response->add_outputs());
   }
   return Answer(context, call, absl::OkStatus(), *request, *response);
 }
 
 absl::Status InferenceService::Identity(ModelInferRequest& request,
                                         ModelInferResponse* response) {
-  COALESCE_ASSIGN_OR_RETURN(const int i, FindInput(request));
+  COALESCE_ASSIGN_OR_RETURN(const std::vector<int> found,
+                            FindInputs(request, *FindModel(kIdentity)));
+  const int i = found[0];
   ModelInferRequest::InferInputTensor& in = *request.mutable_inputs(i);
   const std::string field = absl::StrCat("inputs[", i, "]");
   COALESCE_ASSIGN_OR_RETURN(
@@ -390,56 +798,96 @@ absl::Status InferenceService::Identity(ModelInferRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status InferenceService::BuildTranspose(ModelInferRequest& request,
-                                              TransposeCall* call) {
-  COALESCE_ASSIGN_OR_RETURN(const int i, FindInput(request));
-  call->input = i;
-  v1::TransposeRequest* native = &call->native;
-  ModelInferRequest::InferInputTensor& in = *request.mutable_inputs(i);
-  const std::string field = absl::StrCat("inputs[", i, "]");
-  COALESCE_ASSIGN_OR_RETURN(
-      const v1::DataType dtype,
-      NativeDType(in.datatype(), absl::StrCat(field, ".datatype")));
-  if (in.shape_size() != 2 && in.shape_size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".shape: model 'transpose' takes 2 or 3 dimensions, got ",
-        ShapeString(in.shape())));
-  }
-  COALESCE_ASSIGN_OR_RETURN(const int64_t elements,
-                            Elements(in.shape(), field));
-  const int element_bytes = dtype == v1::DATA_TYPE_FLOAT32 ? 4 : 2;
-  COALESCE_RETURN_IF_ERROR(CheckInputData(request, i, element_bytes, elements));
-  for (const auto& [name, value] : request.parameters()) {
-    if (name == "variant") {
-      if (value.parameter_choice_case() != InferParameter::kStringParam) {
-        return absl::InvalidArgumentError(
-            "parameters.variant: must be a string_param");
-      }
-      native->mutable_options()->set_variant(value.string_param());
-    } else if (name == "report") {
-      if (value.parameter_choice_case() != InferParameter::kBoolParam) {
-        return absl::InvalidArgumentError(
-            "parameters.report: must be a bool_param");
-      }
-      native->mutable_options()->set_report(value.bool_param());
+namespace {
+
+// The native request and response of one call, alive until its answer.
+struct NativeCall {
+  std::unique_ptr<google::protobuf::Message> native;
+  std::unique_ptr<google::protobuf::Message> result;
+  std::vector<int> inputs;  // each model input's index in the request
+};
+
+// Checks the request against model and builds call's native request from
+// it, moving the inputs' bytes into it.
+absl::Status BuildNative(ModelInferRequest& request, const ModelSpec& model,
+                         NativeCall* call) {
+  COALESCE_ASSIGN_OR_RETURN(call->inputs, FindInputs(request, model));
+  call->native = model.new_request();
+  call->result = model.new_response();
+  google::protobuf::Message* native = call->native.get();
+  const google::protobuf::Descriptor* descriptor = native->GetDescriptor();
+  const google::protobuf::Reflection* reflection = native->GetReflection();
+  for (size_t k = 0; k < model.inputs.size(); ++k) {
+    const int i = call->inputs[k];
+    if (i < 0) continue;
+    ModelInferRequest::InferInputTensor& in = *request.mutable_inputs(i);
+    const std::string field = absl::StrCat("inputs[", i, "]");
+    COALESCE_ASSIGN_OR_RETURN(
+        const v1::DataType dtype,
+        NativeDType(in.datatype(), absl::StrCat(field, ".datatype"),
+                    model.name));
+    COALESCE_ASSIGN_OR_RETURN(const int64_t elements,
+                              Elements(in.shape(), field));
+    const int element_bytes = dtype == v1::DATA_TYPE_FLOAT32 ? 4 : 2;
+    COALESCE_RETURN_IF_ERROR(
+        CheckInputData(request, i, element_bytes, elements));
+    auto* t = static_cast<v1::Tensor*>(reflection->MutableMessage(
+        native,
+        descriptor->FindFieldByName(std::string(model.inputs[k].native))));
+    t->set_dtype(dtype);
+    *t->mutable_shape() = in.shape();
+    if (request.raw_input_contents_size() > 0) {
+      // Moved, not copied: the request is read no more.
+      t->mutable_raw()->swap(*request.mutable_raw_input_contents(i));
+    } else {
+      // Typed contents exist only for FP32 (CheckInputData).
+      const auto& values = in.contents().fp32_contents();
+      t->mutable_raw()->assign(reinterpret_cast<const char*>(values.data()),
+                               values.size() * sizeof(float));
     }
-    // Other parameters are the client's business (the protocol lets
-    // clients send ones a model ignores).
   }
-  v1::Tensor* t = native->mutable_input();
-  t->set_dtype(dtype);
-  *t->mutable_shape() = in.shape();
-  if (request.raw_input_contents_size() > 0) {
-    // Moved, not copied: the request is read no more.
-    t->mutable_raw()->swap(*request.mutable_raw_input_contents(i));
-  } else {
-    // Typed contents exist only for FP32 (CheckInputData).
-    const auto& values = in.contents().fp32_contents();
-    t->mutable_raw()->assign(reinterpret_cast<const char*>(values.data()),
-                             values.size() * sizeof(float));
-  }
-  return absl::OkStatus();
+  COALESCE_RETURN_IF_ERROR(OptionsToNative(
+      request, static_cast<v1::ExecutionOptions*>(reflection->MutableMessage(
+                   native, descriptor->FindFieldByName("options")))));
+  // Other parameters are the client's business (the protocol lets clients
+  // send ones a model ignores).
+  return model.parameters(request, native);
 }
+
+// Moves result's outputs (those requested, or all) and report into
+// response.
+void NativeToResponse(const ModelSpec& model, const ModelInferRequest& request,
+                      google::protobuf::Message& result,
+                      ModelInferResponse* response) {
+  const google::protobuf::Descriptor* descriptor = result.GetDescriptor();
+  const google::protobuf::Reflection* reflection = result.GetReflection();
+  for (const TensorSpec& spec : model.outputs) {
+    const google::protobuf::FieldDescriptor* field =
+        descriptor->FindFieldByName(std::string(spec.native));
+    if (!reflection->HasField(result, field)) continue;
+    const bool wanted = request.outputs_size() == 0 ||
+                        absl::c_any_of(request.outputs(), [&](const auto& o) {
+                          return o.name() == spec.name;
+                        });
+    if (!wanted) continue;
+    auto& t =
+        *static_cast<v1::Tensor*>(reflection->MutableMessage(&result, field));
+    auto* out = response->add_outputs();
+    out->set_name(std::string(spec.name));
+    out->set_datatype(std::string(KServeDatatype(t.dtype())));
+    *out->mutable_shape() = t.shape();
+    response->add_raw_output_contents()->swap(*t.mutable_raw());
+  }
+  const google::protobuf::FieldDescriptor* report =
+      descriptor->FindFieldByName("report");
+  if (reflection->HasField(result, report)) {
+    ReportAsParameters(static_cast<const v1::KernelReport&>(
+                           reflection->GetMessage(result, report)),
+                       response);
+  }
+}
+
+}  // namespace
 
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     grpc::CallbackServerContext* context, const ModelInferRequest* request,
@@ -458,42 +906,32 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
   };
   absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   if (!caller.ok()) return answer(caller.status());
-  const absl::Status model =
+  const absl::StatusOr<const ModelSpec*> model =
       CheckModel(request->model_name(), "model_name", request->model_version(),
                  "model_version");
-  if (!model.ok()) return answer(model);
-  // The input's bytes move out of the request (into the response or the
+  if (!model.ok()) return answer(model.status());
+  // The inputs' bytes move out of the request (into the response or the
   // native request) instead of being copied: gRPC owns the message, which
   // is no const object, until the call ends, and nothing reads it after
-  // this handler.
+  // this handler but the names of the requested outputs.
   ModelInferRequest& moving = const_cast<ModelInferRequest&>(*request);
   response->set_model_name(request->model_name());
   response->set_model_version(kVersion);
   response->set_id(request->id());
-  if (request->model_name() == kIdentity) {
-    return answer(Identity(moving, response));
-  }
-  auto call = std::make_shared<TransposeCall>();
-  const absl::Status built = BuildTranspose(moving, call.get());
+  if ((*model)->run == nullptr) return answer(Identity(moving, response));
+  auto call = std::make_shared<NativeCall>();
+  const absl::Status built = BuildNative(moving, **model, call.get());
   if (!built.ok()) return answer(built);
-  const std::string datatype = request->inputs(call->input).datatype();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  ops_->RunTranspose(
-      context, std::move(caller), &call->native, &call->result,
-      [call, reactor, response, datatype](grpc::Status status) {
-        if (status.ok()) {
-          v1::Tensor& t = *call->result.mutable_output();
-          auto* out = response->add_outputs();
-          out->set_name(std::string(kOutput));
-          out->set_datatype(datatype);
-          *out->mutable_shape() = t.shape();
-          response->add_raw_output_contents()->swap(*t.mutable_raw());
-          if (call->result.has_report()) {
-            ReportAsParameters(call->result.report(), response);
-          }
-        }
-        reactor->Finish(InProtocolFields(status, call->input));
-      });
+  const ModelSpec* spec = *model;
+  spec->run(ops_, context, std::move(caller), call->native.get(),
+            call->result.get(),
+            [call, reactor, request, response, spec](grpc::Status status) {
+              if (status.ok()) {
+                NativeToResponse(*spec, *request, *call->result, response);
+              }
+              reactor->Finish(InProtocolFields(status, *spec, call->inputs));
+            });
   return reactor;
 }
 

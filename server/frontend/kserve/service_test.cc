@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -421,6 +422,376 @@ TEST_F(InferenceServiceTest, BadRequestsNameTheirField) {
   ModelInferRequest both = transpose("FP32", {1, 1});
   both.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
   ExpectError(both, invalid, "inputs[0].contents: ");
+}
+
+// count random floats in [-1, 1) as FP32 (4 bytes each) or, truncated, as
+// BF16 (2 bytes each); never zeros.
+std::string RandomValues(int64_t count, const std::string& datatype,
+                         std::mt19937* rng) {
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const size_t bytes = datatype == "FP32" ? 4 : 2;
+  std::string s(count * bytes, '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    float f = value(*rng);
+    if (f == 0.0f) f = 0.5f;
+    // Little-endian: BF16 is the float's upper half.
+    std::memcpy(&s[i * bytes], reinterpret_cast<const char*>(&f) + 4 - bytes,
+                bytes);
+  }
+  return s;
+}
+
+// Adds input name of datatype and shape with random values to r, and sets
+// the same tensor in native (when given).
+void AddInput(ModelInferRequest* r, const std::string& name,
+              const std::string& datatype, const std::vector<int64_t>& shape,
+              std::mt19937* rng, v1::Tensor* native) {
+  auto* in = r->add_inputs();
+  in->set_name(name);
+  in->set_datatype(datatype);
+  for (int64_t d : shape) in->add_shape(d);
+  std::string raw = RandomValues(Elements(shape), datatype, rng);
+  if (native != nullptr) {
+    native->set_dtype(datatype == "FP32" ? v1::DATA_TYPE_FLOAT32
+                                         : v1::DATA_TYPE_BFLOAT16);
+    for (int64_t d : shape) native->add_shape(d);
+    native->set_raw(raw);
+  }
+  r->add_raw_input_contents(std::move(raw));
+}
+
+void SetParameter(ModelInferRequest* r, const std::string& name,
+                  const std::string& value) {
+  (*r->mutable_parameters())[name].set_string_param(value);
+}
+void SetParameter(ModelInferRequest* r, const std::string& name, bool value) {
+  (*r->mutable_parameters())[name].set_bool_param(value);
+}
+void SetParameter(ModelInferRequest* r, const std::string& name, double value) {
+  (*r->mutable_parameters())[name].set_double_param(value);
+}
+void SetParameter(ModelInferRequest* r, const std::string& name,
+                  int64_t value) {
+  (*r->mutable_parameters())[name].set_int64_param(value);
+}
+
+// Expects response's output i to be named name with the native tensor's
+// datatype, shape and bytes.
+void ExpectOutput(const ModelInferResponse& response, int i,
+                  const std::string& name, const std::string& datatype,
+                  const v1::Tensor& native) {
+  ASSERT_GT(response.outputs_size(), i);
+  ASSERT_EQ(response.raw_output_contents_size(), response.outputs_size());
+  EXPECT_EQ(response.outputs(i).name(), name);
+  EXPECT_EQ(response.outputs(i).datatype(), datatype);
+  EXPECT_THAT(response.outputs(i).shape(),
+              testing::ElementsAreArray(native.shape()));
+  ASSERT_FALSE(native.raw().empty());
+  EXPECT_TRUE(response.raw_output_contents(i) == native.raw())
+      << name << " differs from the native RPC's";
+}
+
+TEST_F(InferenceServiceTest, NewModelsAreReadyWithMetadata) {
+  const struct {
+    const char* model;
+    std::vector<std::string> inputs, outputs;
+  } models[] = {
+      {"convert_layout", {"INPUT0"}, {"OUTPUT0"}},
+      {"gelu_layer_norm",
+       {"x", "bias", "residual", "gamma", "beta"},
+       {"y", "h"}},
+      {"gemm", {"a", "b", "c"}, {"d"}},
+  };
+  for (const auto& m : models) {
+    SCOPED_TRACE(m.model);
+    {
+      grpc::ClientContext context;
+      inference::ModelReadyRequest request;
+      request.set_name(m.model);
+      inference::ModelReadyResponse response;
+      ASSERT_TRUE(stub_->ModelReady(&context, request, &response).ok());
+      EXPECT_TRUE(response.ready());
+    }
+    grpc::ClientContext context;
+    inference::ModelMetadataRequest request;
+    request.set_name(m.model);
+    inference::ModelMetadataResponse response;
+    ASSERT_TRUE(stub_->ModelMetadata(&context, request, &response).ok());
+    EXPECT_EQ(response.name(), m.model);
+    ASSERT_EQ(response.inputs_size(), static_cast<int>(m.inputs.size()));
+    ASSERT_EQ(response.outputs_size(), static_cast<int>(m.outputs.size()));
+    for (int i = 0; i < response.inputs_size(); ++i) {
+      EXPECT_EQ(response.inputs(i).name(), m.inputs[i]);
+      EXPECT_EQ(response.inputs(i).datatype(), "FP32");
+      EXPECT_THAT(response.inputs(i).shape(), testing::Each(-1));
+      EXPECT_FALSE(response.inputs(i).shape().empty());
+    }
+    for (int i = 0; i < response.outputs_size(); ++i) {
+      EXPECT_EQ(response.outputs(i).name(), m.outputs[i]);
+      EXPECT_EQ(response.outputs(i).datatype(), "FP32");
+      EXPECT_THAT(response.outputs(i).shape(), testing::Each(-1));
+    }
+  }
+}
+
+TEST_F(InferenceServiceTest, ConvertLayoutEqualsTheNativeOne) {
+  const struct {
+    std::string datatype;
+    std::vector<int64_t> shape;
+    std::function<void(ModelInferRequest*, v1::ConvertLayoutRequest*)> set;
+  } cases[] = {
+      {"FP32",
+       {2, 3, 4, 5},
+       [](ModelInferRequest* r, v1::ConvertLayoutRequest* n) {
+         SetParameter(r, "layout_from", std::string("NCHW"));
+         SetParameter(r, "layout_to", std::string("NHWC"));
+         n->mutable_layouts()->set_from(v1::LAYOUT_NCHW);
+         n->mutable_layouts()->set_to(v1::LAYOUT_NHWC);
+       }},
+      {"BF16",
+       {2, 4, 5, 3},
+       [](ModelInferRequest* r, v1::ConvertLayoutRequest* n) {
+         SetParameter(r, "layout_from", std::string("NHWC"));
+         SetParameter(r, "layout_to", std::string("NCHW"));
+         n->mutable_layouts()->set_from(v1::LAYOUT_NHWC);
+         n->mutable_layouts()->set_to(v1::LAYOUT_NCHW);
+       }},
+      {"FP32",
+       {2, 3, 4, 5},
+       [](ModelInferRequest* r, v1::ConvertLayoutRequest* n) {
+         SetParameter(r, "permutation", std::string("0,2,3,1"));
+         for (int p : {0, 2, 3, 1}) n->mutable_permutation()->add_perm(p);
+       }},
+      {"FP32",
+       {7, 3},
+       [](ModelInferRequest* r, v1::ConvertLayoutRequest* n) {
+         SetParameter(r, "aos_soa", std::string("aos_to_soa"));
+         SetParameter(r, "fields", int64_t{3});
+         n->mutable_aos_soa()->set_direction(v1::AosSoa::DIRECTION_AOS_TO_SOA);
+         n->mutable_aos_soa()->set_fields(3);
+       }},
+      {"FP32",
+       {3, 7},
+       [](ModelInferRequest* r, v1::ConvertLayoutRequest* n) {
+         SetParameter(r, "aos_soa", std::string("soa_to_aos"));
+         n->mutable_aos_soa()->set_direction(v1::AosSoa::DIRECTION_SOA_TO_AOS);
+       }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::PrintToString(c.shape));
+    ModelInferRequest request;
+    request.set_model_name("convert_layout");
+    v1::ConvertLayoutRequest native;
+    AddInput(&request, "INPUT0", c.datatype, c.shape, &rng_,
+             native.mutable_input());
+    c.set(&request, &native);
+    v1::ConvertLayoutResponse expected;
+    {
+      grpc::ClientContext context;
+      ASSERT_TRUE(native_->ConvertLayout(&context, native, &expected).ok());
+    }
+    ModelInferResponse response;
+    const grpc::Status status = Infer(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.outputs_size(), 1);
+    ExpectOutput(response, 0, "OUTPUT0", c.datatype, expected.output());
+  }
+}
+
+TEST_F(InferenceServiceTest, GeluLayerNormEqualsTheNativeOne) {
+  for (const std::string datatype : {"FP32", "BF16"}) {
+    SCOPED_TRACE(datatype);
+    ModelInferRequest request;
+    request.set_model_name("gelu_layer_norm");
+    v1::GeluLayerNormRequest native;
+    AddInput(&request, "x", datatype, {5, 48}, &rng_, native.mutable_x());
+    AddInput(&request, "bias", datatype, {48}, &rng_, native.mutable_bias());
+    AddInput(&request, "residual", datatype, {5, 48}, &rng_,
+             native.mutable_residual());
+    AddInput(&request, "gamma", datatype, {48}, &rng_, native.mutable_gamma());
+    AddInput(&request, "beta", datatype, {48}, &rng_, native.mutable_beta());
+    SetParameter(&request, "epsilon", 1e-3);
+    SetParameter(&request, "approximation", std::string("tanh"));
+    SetParameter(&request, "return_pre_norm", true);
+    native.set_epsilon(1e-3f);
+    native.set_approximation(v1::GELU_APPROXIMATION_TANH);
+    native.set_return_pre_norm(true);
+    v1::GeluLayerNormResponse expected;
+    {
+      grpc::ClientContext context;
+      ASSERT_TRUE(native_->GeluLayerNorm(&context, native, &expected).ok());
+    }
+    ModelInferResponse response;
+    const grpc::Status status = Infer(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.outputs_size(), 2);
+    ExpectOutput(response, 0, "y", datatype, expected.y());
+    ExpectOutput(response, 1, "h", datatype, expected.h());
+  }
+  // x alone, the defaults: y only.
+  ModelInferRequest request;
+  request.set_model_name("gelu_layer_norm");
+  v1::GeluLayerNormRequest native;
+  AddInput(&request, "x", "FP32", {3, 2, 32}, &rng_, native.mutable_x());
+  v1::GeluLayerNormResponse expected;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(native_->GeluLayerNorm(&context, native, &expected).ok());
+  }
+  ModelInferResponse response;
+  const grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  ExpectOutput(response, 0, "y", "FP32", expected.y());
+}
+
+TEST_F(InferenceServiceTest, GemmEqualsTheNativeOne) {
+  for (const std::string datatype : {"FP32", "BF16"}) {
+    SCOPED_TRACE(datatype);
+    ModelInferRequest request;
+    request.set_model_name("gemm");
+    v1::GemmRequest native;
+    AddInput(&request, "a", datatype, {13, 9}, &rng_, native.mutable_a());
+    AddInput(&request, "b", datatype, {11, 9}, &rng_, native.mutable_b());
+    AddInput(&request, "c", datatype, {13, 11}, &rng_, native.mutable_c());
+    SetParameter(&request, "alpha", 0.5);
+    SetParameter(&request, "beta", 2.0);
+    SetParameter(&request, "trans_b", true);
+    SetParameter(&request, "allow_tf32", false);
+    native.set_alpha(0.5f);
+    native.set_beta(2.0f);
+    native.set_trans_b(true);
+    v1::GemmResponse expected;
+    {
+      grpc::ClientContext context;
+      ASSERT_TRUE(native_->Gemm(&context, native, &expected).ok());
+    }
+    ModelInferResponse response;
+    const grpc::Status status = Infer(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.outputs_size(), 1);
+    ExpectOutput(response, 0, "d", datatype, expected.d());
+  }
+  // a transposed, no c, default alpha; the report as parameters.
+  ModelInferRequest request;
+  request.set_model_name("gemm");
+  v1::GemmRequest native;
+  AddInput(&request, "a", "FP32", {6, 4}, &rng_, native.mutable_a());
+  AddInput(&request, "b", "FP32", {6, 5}, &rng_, native.mutable_b());
+  SetParameter(&request, "trans_a", true);
+  SetParameter(&request, "report", true);
+  native.set_trans_a(true);
+  v1::GemmResponse expected;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(native_->Gemm(&context, native, &expected).ok());
+  }
+  ModelInferResponse response;
+  const grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectOutput(response, 0, "d", "FP32", expected.d());
+  EXPECT_THAT(response.outputs(0).shape(), testing::ElementsAre(4, 5));
+  EXPECT_TRUE(response.parameters().contains("report.variant"));
+}
+
+TEST_F(InferenceServiceTest, NewModelsNameTheFieldOfAnError) {
+  const grpc::StatusCode invalid = grpc::StatusCode::INVALID_ARGUMENT;
+  const auto gemm = [&](bool with_c) {
+    ModelInferRequest r;
+    r.set_model_name("gemm");
+    AddInput(&r, "a", "FP32", {2, 3}, &rng_, nullptr);
+    AddInput(&r, "b", "FP32", {3, 4}, &rng_, nullptr);
+    if (with_c) AddInput(&r, "c", "FP32", {2, 4}, &rng_, nullptr);
+    return r;
+  };
+  ModelInferRequest no_b;
+  no_b.set_model_name("gemm");
+  AddInput(&no_b, "a", "FP32", {2, 3}, &rng_, nullptr);
+  ExpectError(no_b, invalid, "inputs: missing input b");
+  ModelInferRequest alpha = gemm(true);
+  SetParameter(&alpha, "alpha", std::string("half"));
+  ExpectError(alpha, invalid, "parameters.alpha: ");
+  ModelInferRequest trans = gemm(true);
+  SetParameter(&trans, "trans_a", int64_t{1});
+  ExpectError(trans, invalid, "parameters.trans_a: ");
+  // The native codec's errors, in the protocol's names.
+  ModelInferRequest beta = gemm(false);
+  SetParameter(&beta, "beta", 2.0);
+  ExpectError(beta, invalid, "parameters.beta: ");
+  ModelInferRequest k = gemm(true);
+  k.mutable_inputs(1)->set_shape(0, 2);
+  k.mutable_inputs(1)->set_shape(1, 6);
+  ExpectError(k, invalid, "inputs[1].shape[0]: ");
+  ModelInferRequest mixed = gemm(true);
+  mixed.mutable_inputs(2)->set_datatype("BF16");
+  mixed.mutable_raw_input_contents(2)->resize(16);
+  ExpectError(mixed, invalid, "inputs[2].datatype: ");
+
+  const auto layout = [&]() {
+    ModelInferRequest r;
+    r.set_model_name("convert_layout");
+    AddInput(&r, "INPUT0", "FP32", {1, 2, 3, 4}, &rng_, nullptr);
+    return r;
+  };
+  ExpectError(layout(), invalid, "parameters.layout_from: ");
+  ModelInferRequest conflict = layout();
+  SetParameter(&conflict, "layout_from", std::string("NCHW"));
+  SetParameter(&conflict, "layout_to", std::string("NHWC"));
+  SetParameter(&conflict, "permutation", std::string("0,2,3,1"));
+  ExpectError(conflict, invalid, "parameters.permutation: ");
+  ModelInferRequest half = layout();
+  SetParameter(&half, "layout_from", std::string("NCHW"));
+  ExpectError(half, invalid, "parameters.layout_to: ");
+  ModelInferRequest bad_layout = layout();
+  SetParameter(&bad_layout, "layout_from", std::string("NCHW"));
+  SetParameter(&bad_layout, "layout_to", std::string("CHWN"));
+  ExpectError(bad_layout, invalid, "parameters.layout_to: ");
+  ModelInferRequest same = layout();
+  SetParameter(&same, "layout_from", std::string("NCHW"));
+  SetParameter(&same, "layout_to", std::string("NCHW"));
+  ExpectError(same, invalid, "parameters.layout_to: ");
+  ModelInferRequest words = layout();
+  SetParameter(&words, "permutation", std::string("0,two,3,1"));
+  ExpectError(words, invalid, "parameters.permutation: ");
+  ModelInferRequest range = layout();
+  SetParameter(&range, "permutation", std::string("0,1,2,7"));
+  ExpectError(range, invalid, "parameters.permutation[3]: ");
+  ModelInferRequest direction = layout();
+  SetParameter(&direction, "aos_soa", std::string("sideways"));
+  ExpectError(direction, invalid, "parameters.aos_soa: ");
+  ModelInferRequest fields = layout();
+  fields.mutable_inputs(0)->clear_shape();
+  fields.mutable_inputs(0)->add_shape(8);
+  fields.mutable_inputs(0)->add_shape(3);
+  SetParameter(&fields, "aos_soa", std::string("aos_to_soa"));
+  SetParameter(&fields, "fields", int64_t{5});
+  ExpectError(fields, invalid, "parameters.fields: ");
+
+  const auto gelu = [&]() {
+    ModelInferRequest r;
+    r.set_model_name("gelu_layer_norm");
+    AddInput(&r, "x", "FP32", {2, 8}, &rng_, nullptr);
+    return r;
+  };
+  ModelInferRequest no_x;
+  no_x.set_model_name("gelu_layer_norm");
+  AddInput(&no_x, "bias", "FP32", {8}, &rng_, nullptr);
+  ExpectError(no_x, invalid, "inputs: missing input x");
+  ModelInferRequest approximation = gelu();
+  SetParameter(&approximation, "approximation", std::string("fast"));
+  ExpectError(approximation, invalid, "parameters.approximation: ");
+  ModelInferRequest epsilon = gelu();
+  SetParameter(&epsilon, "epsilon", -1.0);
+  ExpectError(epsilon, invalid, "parameters.epsilon: ");
+  ModelInferRequest pre_norm = gelu();
+  SetParameter(&pre_norm, "return_pre_norm", std::string("yes"));
+  ExpectError(pre_norm, invalid, "parameters.return_pre_norm: ");
+  ModelInferRequest bias = gelu();
+  AddInput(&bias, "bias", "FP32", {7}, &rng_, nullptr);
+  ExpectError(bias, invalid, "inputs[1].shape: ");
+  ModelInferRequest output = gelu();
+  output.add_outputs()->set_name("OUTPUT0");
+  ExpectError(output, invalid, "outputs[0].name: ");
 }
 
 // Each RPC is counted once: a transpose as the native op it runs, the
