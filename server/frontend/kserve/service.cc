@@ -317,7 +317,14 @@ absl::Status GeluLayerNormParameters(const ModelInferRequest& r,
   }
   COALESCE_ASSIGN_OR_RETURN(const std::optional<bool> pre_norm,
                             BoolParameter(r, "return_pre_norm"));
-  native->set_return_pre_norm(pre_norm.value_or(false));
+  // Asking for output h is asking for it to be computed.
+  const bool h_requested = absl::c_any_of(
+      r.outputs(), [](const auto& o) { return o.name() == "h"; });
+  if (h_requested && pre_norm == false) {
+    return absl::InvalidArgumentError(
+        "parameters.return_pre_norm: false, but outputs asks for h");
+  }
+  native->set_return_pre_norm(pre_norm.value_or(h_requested));
   return absl::OkStatus();
 }
 

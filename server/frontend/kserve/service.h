@@ -10,10 +10,12 @@
 //                    layout_to ("NCHW", "NHWC"), or permutation ("0,2,3,1"),
 //                    or aos_soa ("aos_to_soa", "soa_to_aos") with fields;
 //   gelu_layer_norm  x and optional bias, residual, gamma, beta -> y (and h
-//                    with parameter return_pre_norm); parameters epsilon and
-//                    approximation ("none", "tanh");
+//                    with parameter return_pre_norm, or when outputs asks
+//                    for it); parameters epsilon and approximation ("none",
+//                    "tanh");
 //   gemm             a, b and optional c -> d; parameters alpha, beta,
 //                    trans_a, trans_b, allow_tf32.
+// Outputs come back as the request's outputs asks (all when it is empty).
 // The native models take FP32, FP16 or BF16 (one for all of a request's
 // tensors) and the request parameters "variant" (string: force a kernel
 // variant) and "report" (bool: the KernelReport's figures as response

@@ -645,6 +645,39 @@ TEST_F(InferenceServiceTest, GeluLayerNormEqualsTheNativeOne) {
   ExpectOutput(response, 0, "y", "FP32", expected.y());
 }
 
+TEST_F(InferenceServiceTest, GeluLayerNormReturnsTheOutputsAskedFor) {
+  ModelInferRequest request;
+  request.set_model_name("gelu_layer_norm");
+  v1::GeluLayerNormRequest native;
+  AddInput(&request, "x", "FP32", {4, 40}, &rng_, native.mutable_x());
+  native.set_return_pre_norm(true);
+  v1::GeluLayerNormResponse expected;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(native_->GeluLayerNorm(&context, native, &expected).ok());
+  }
+  // h alone: computed without return_pre_norm, and y left out.
+  request.add_outputs()->set_name("h");
+  ModelInferResponse response;
+  grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  ExpectOutput(response, 0, "h", "FP32", expected.h());
+  // y only, though return_pre_norm computes h too.
+  request.mutable_outputs(0)->set_name("y");
+  SetParameter(&request, "return_pre_norm", true);
+  response.Clear();
+  status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  ExpectOutput(response, 0, "y", "FP32", expected.y());
+  // h asked for, but return_pre_norm false.
+  request.mutable_outputs(0)->set_name("h");
+  SetParameter(&request, "return_pre_norm", false);
+  ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT,
+              "parameters.return_pre_norm: ");
+}
+
 TEST_F(InferenceServiceTest, GemmEqualsTheNativeOne) {
   for (const std::string datatype : {"FP32", "BF16"}) {
     SCOPED_TRACE(datatype);
