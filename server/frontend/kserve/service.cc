@@ -138,13 +138,14 @@ void RunAs(TensorOpsService* ops, grpc::CallbackServerContext* context,
                static_cast<Response*>(response), std::move(done));
 }
 
-// The request's parameter name, if given; INVALID_ARGUMENT naming it when
-// it is not of the kind wanted.
+// The request's parameter name; null when not given.
 const InferParameter* FindParameter(const ModelInferRequest& r,
                                     absl::string_view name) {
   const auto it = r.parameters().find(std::string(name));
   return it == r.parameters().end() ? nullptr : &it->second;
 }
+// The typed parameters below: nullopt when not given, INVALID_ARGUMENT
+// naming the parameter when it is of another kind.
 absl::Status WrongKind(absl::string_view name, absl::string_view kind) {
   return absl::InvalidArgumentError(
       absl::StrCat("parameters.", name, ": must be a ", kind));
@@ -207,8 +208,7 @@ absl::Status NoParameters(const ModelInferRequest&,
   return absl::OkStatus();
 }
 
-// convert_layout's conversion: exactly one of layout_from with layout_to,
-// permutation, or aos_soa (with fields, optional).
+// layout_from or layout_to, which the other needs.
 absl::StatusOr<v1::Layout> LayoutParameter(const ModelInferRequest& r,
                                            absl::string_view name) {
   COALESCE_ASSIGN_OR_RETURN(const std::optional<std::string> value,
@@ -225,6 +225,8 @@ absl::StatusOr<v1::Layout> LayoutParameter(const ModelInferRequest& r,
                    Quoted(*value)));
 }
 
+// convert_layout's conversion: exactly one of layout_from with layout_to,
+// permutation, or aos_soa (with fields, optional).
 absl::Status ConvertLayoutParameters(const ModelInferRequest& r,
                                      google::protobuf::Message* message) {
   auto* native = static_cast<v1::ConvertLayoutRequest*>(message);
