@@ -260,7 +260,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
       running->scheduler.get());
   running->inference = std::make_unique<InferenceService>(
       backend, running->authenticator.get(), running->metrics.get(),
-      running->service.get(), COALESCE_VERSION);
+      running->service.get(), running->shared_memory.get(), COALESCE_VERSION);
   grpc::ServerBuilder builder;
   if (!config.listen.empty()) {
     builder.AddListeningPort(config.listen, credentials, &running->port);

@@ -36,6 +36,26 @@ absl::string_view RpcName(Rpc rpc) {
       return "kserve_model_metadata";
     case Rpc::kModelInfer:
       return "kserve_model_infer";
+    case Rpc::kModelStreamInfer:
+      return "kserve_model_stream_infer";
+    case Rpc::kModelConfig:
+      return "kserve_model_config";
+    case Rpc::kModelStatistics:
+      return "kserve_model_statistics";
+    case Rpc::kRepositoryIndex:
+      return "kserve_repository_index";
+    case Rpc::kSystemSharedMemoryStatus:
+      return "kserve_system_shared_memory_status";
+    case Rpc::kSystemSharedMemoryRegister:
+      return "kserve_system_shared_memory_register";
+    case Rpc::kSystemSharedMemoryUnregister:
+      return "kserve_system_shared_memory_unregister";
+    case Rpc::kCudaSharedMemoryStatus:
+      return "kserve_cuda_shared_memory_status";
+    case Rpc::kCudaSharedMemoryRegister:
+      return "kserve_cuda_shared_memory_register";
+    case Rpc::kCudaSharedMemoryUnregister:
+      return "kserve_cuda_shared_memory_unregister";
     default:
       return OpName(static_cast<OpKind>(rpc));
   }

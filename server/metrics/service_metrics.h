@@ -49,8 +49,18 @@ enum class Rpc : int {
   kServerMetadata = 17,
   kModelMetadata = 18,
   kModelInfer = 19,
+  kModelStreamInfer = 20,
+  kModelConfig = 21,
+  kModelStatistics = 22,
+  kRepositoryIndex = 23,
+  kSystemSharedMemoryStatus = 24,
+  kSystemSharedMemoryRegister = 25,
+  kSystemSharedMemoryUnregister = 26,
+  kCudaSharedMemoryStatus = 27,
+  kCudaSharedMemoryRegister = 28,
+  kCudaSharedMemoryUnregister = 29,
 };
-inline constexpr int kNumRpcs = 20;
+inline constexpr int kNumRpcs = 30;
 inline constexpr int kNumKernelRpcs = 4;
 static_assert(static_cast<int>(Rpc::kGeluLayerNorm) ==
                   static_cast<int>(OpKind::kGeluLayerNorm) &&

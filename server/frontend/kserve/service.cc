@@ -1,8 +1,11 @@
 #include "server/frontend/kserve/service.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -15,6 +18,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/quote.h"
 #include "base/shape.h"
@@ -500,6 +506,90 @@ int64_t ContentsCount(const InferTensorContents& c,
   return -1;
 }
 
+using ParameterMap = google::protobuf::Map<std::string, InferParameter>;
+
+// A tensor's bytes in a registered system shared-memory region, named by
+// the Triton parameters shared_memory_region, shared_memory_byte_size and
+// shared_memory_offset.
+struct ShmParams {
+  std::string region;
+  uint64_t byte_size = 0;
+  uint64_t offset = 0;
+};
+
+// A tensor's shared-memory parameters; nullopt when it names no region.
+// INVALID_ARGUMENT naming "<field>.parameters.<name>" for a parameter of
+// another kind, a negative size or offset, a region without a size, or a
+// size or offset without a region.
+absl::StatusOr<std::optional<ShmParams>> SharedMemoryParameters(
+    const ParameterMap& params, absl::string_view field) {
+  const auto find = [&](absl::string_view name) -> const InferParameter* {
+    const auto it = params.find(std::string(name));
+    return it == params.end() ? nullptr : &it->second;
+  };
+  const auto size =
+      [&](absl::string_view name) -> absl::StatusOr<std::optional<uint64_t>> {
+    const InferParameter* p = find(name);
+    if (p == nullptr) return std::nullopt;
+    if (p->parameter_choice_case() == InferParameter::kUint64Param) {
+      return p->uint64_param();
+    }
+    if (p->parameter_choice_case() != InferParameter::kInt64Param) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".parameters.", name, ": must be an int64_param"));
+    }
+    if (p->int64_param() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".parameters.", name, ": must be >= 0, got ",
+                       p->int64_param()));
+    }
+    return static_cast<uint64_t>(p->int64_param());
+  };
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<uint64_t> byte_size,
+                            size("shared_memory_byte_size"));
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<uint64_t> offset,
+                            size("shared_memory_offset"));
+  const InferParameter* region = find("shared_memory_region");
+  if (region == nullptr) {
+    if (byte_size.has_value() || offset.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".parameters.",
+                       byte_size.has_value() ? "shared_memory_byte_size"
+                                             : "shared_memory_offset",
+                       ": only with shared_memory_region"));
+    }
+    return std::nullopt;
+  }
+  if (region->parameter_choice_case() != InferParameter::kStringParam ||
+      region->string_param().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ".parameters.shared_memory_region: must be a non-empty "
+                     "string_param"));
+  }
+  if (!byte_size.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ".parameters.shared_memory_byte_size: required with "
+                     "shared_memory_region"));
+  }
+  return ShmParams{region->string_param(), *byte_size, offset.value_or(0)};
+}
+
+// Whether input i's data is in shared memory (then raw_input_contents has
+// no entry for it, as Triton's clients send it).
+bool InSharedMemory(const ModelInferRequest& r, int i) {
+  return r.inputs(i).parameters().contains("shared_memory_region");
+}
+
+// Input i's entry in raw_input_contents: one per input not in shared
+// memory, in order.
+int RawIndex(const ModelInferRequest& r, int i) {
+  int k = 0;
+  for (int j = 0; j < i; ++j) k += InSharedMemory(r, j) ? 0 : 1;
+  return k;
+}
+
 // Checks the request's tensors against model's and returns each model
 // input's index in the request (-1: an optional one not given): every
 // input is one of the model's (once), the required ones are given,
@@ -540,11 +630,16 @@ absl::StatusOr<std::vector<int>> FindInputs(const ModelInferRequest& r,
           absl::StrCat("inputs: missing input ", model.inputs[k].name));
     }
   }
+  int not_shared = 0;
+  for (int i = 0; i < r.inputs_size(); ++i) {
+    not_shared += InSharedMemory(r, i) ? 0 : 1;
+  }
   if (r.raw_input_contents_size() > 0 &&
-      r.raw_input_contents_size() != r.inputs_size()) {
+      r.raw_input_contents_size() != not_shared) {
     return absl::InvalidArgumentError(absl::StrCat(
         "raw_input_contents: ", r.raw_input_contents_size(), " entries for ",
-        r.inputs_size(), " inputs (give one per input, or none)"));
+        not_shared,
+        " inputs not in shared memory (give one per such input, or none)"));
   }
   for (int i = 0; i < r.outputs_size(); ++i) {
     const bool known = absl::c_any_of(model.outputs, [&](const TensorSpec& t) {
@@ -560,21 +655,33 @@ absl::StatusOr<std::vector<int>> FindInputs(const ModelInferRequest& r,
 }
 
 // Checks that input i's data is where and as large as its datatype and
-// shape say: raw_input_contents[i] of exactly the size (unless BYTES) with
-// no typed contents, or else the typed contents of the right count.
+// shape say: in shared memory with no typed contents (the region's range is
+// checked where it is used), raw_input_contents[RawIndex] of exactly the
+// size (unless BYTES) with no typed contents, or else the typed contents of
+// the right count.
 absl::Status CheckInputData(const ModelInferRequest& r, int i,
                             int element_bytes, int64_t elements) {
   const ModelInferRequest::InferInputTensor& in = r.inputs(i);
   const std::string field = absl::StrCat("inputs[", i, "]");
+  if (InSharedMemory(r, i)) {
+    if (HasContents(in.contents())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field,
+                       ".contents: must be empty when the input is in shared "
+                       "memory"));
+    }
+    return absl::OkStatus();
+  }
   if (r.raw_input_contents_size() > 0) {
     if (HasContents(in.contents())) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ".contents: must be empty when raw_input_contents is set"));
     }
-    const int64_t have = static_cast<int64_t>(r.raw_input_contents(i).size());
+    const int raw = RawIndex(r, i);
+    const int64_t have = static_cast<int64_t>(r.raw_input_contents(raw).size());
     if (element_bytes > 0 && have != elements * element_bytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat("raw_input_contents[", i, "]: has ", have,
+          absl::StrCat("raw_input_contents[", raw, "]: has ", have,
                        " bytes, but ", ShapeString(in.shape()), " ",
                        in.datatype(), " needs ", elements * element_bytes));
     }
@@ -602,25 +709,139 @@ bool StartsWithField(absl::string_view message, absl::string_view name) {
           message[name.size()] == ':');
 }
 
-// The native codec names its own fields; model and inputs (FindInputs)
-// know the protocol's.
+// The name of a native SharedMemoryRef's field (under prefix, e.g.
+// "input.shared_memory") in message as the protocol's parameter (under to,
+// e.g. "inputs[0].parameters."); the range and overlap errors, which name
+// the reference itself, name its offset. nullopt when message is about
+// another field.
+std::optional<std::pair<std::string, std::string>> SharedMemoryRename(
+    absl::string_view message, absl::string_view prefix, absl::string_view to) {
+  if (!StartsWithField(message, prefix)) return std::nullopt;
+  for (const auto& [native, name] :
+       {std::pair<absl::string_view, absl::string_view>{".region",
+                                                        "shared_memory_region"},
+        {".byte_size", "shared_memory_byte_size"},
+        {".offset", "shared_memory_offset"}}) {
+    const std::string from = absl::StrCat(prefix, native);
+    if (StartsWithField(message, from)) {
+      return std::make_pair(from, absl::StrCat(to, name));
+    }
+  }
+  const absl::string_view rest = message.substr(prefix.size());
+  const bool range = absl::StartsWith(rest, ": the range") ||
+                     absl::StartsWith(rest, ": bytes ");
+  return std::make_pair(std::string(prefix),
+                        absl::StrCat(to, range ? "shared_memory_offset"
+                                               : "shared_memory_region"));
+}
+
+// Marks out as written into a region: its parameters say where and how
+// many bytes, and its raw_output_contents entry is empty (kept, so that
+// the entries stay one per output).
+void SharedMemoryOutput(const std::string& region, uint64_t offset,
+                        uint64_t bytes,
+                        ModelInferResponse::InferOutputTensor* out,
+                        ModelInferResponse* response) {
+  auto& params = *out->mutable_parameters();
+  params["shared_memory_region"].set_string_param(region);
+  params["shared_memory_byte_size"].set_int64_param(
+      static_cast<int64_t>(bytes));
+  if (offset != 0) {
+    params["shared_memory_offset"].set_int64_param(
+        static_cast<int64_t>(offset));
+  }
+  response->add_raw_output_contents();
+}
+
+// FAILED_PRECONDITION naming the region's parameter when its object
+// shrank or vanished (before or while its bytes were used).
+absl::Status CheckRegionAlive(const SharedMemoryRegion& region,
+                              absl::string_view params) {
+  const absl::Status alive = region.CheckAlive();
+  if (alive.ok()) return alive;
+  return absl::Status(
+      alive.code(),
+      absl::StrCat(params, "shared_memory_region: ", alive.message()));
+}
+
+// [shm.offset, shm.offset + bytes) of owner's region shm.region, checked
+// as the native codec checks a SharedMemoryRef: the size equals bytes (an
+// input) or is at least bytes (an output), the range lies in the region,
+// the object still covers it. keep holds the region while its bytes are
+// used. Errors name "<field>.parameters.shared_memory_*"; another owner's
+// region is as absent as one never registered.
+absl::StatusOr<char*> ResolveRegion(
+    const SharedMemoryRegistry* registry, const std::string& owner,
+    const ShmParams& shm, absl::string_view field, uint64_t bytes,
+    bool is_output, std::shared_ptr<const SharedMemoryRegion>* keep) {
+  const std::string params = absl::StrCat(field, ".parameters.");
+  if (registry == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        params, "shared_memory_region: shared memory is not served"));
+  }
+  if (is_output ? shm.byte_size < bytes : shm.byte_size != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(params, "shared_memory_byte_size: ", shm.byte_size,
+                     ", but the tensor needs ",
+                     is_output ? "at least " : "exactly ", bytes, " bytes"));
+  }
+  absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> region =
+      registry->Find(owner, shm.region);
+  if (!region.ok()) {
+    return absl::Status(region.status().code(),
+                        absl::StrCat(params, "shared_memory_region: ",
+                                     region.status().message()));
+  }
+  uint64_t end = 0;
+  if (__builtin_add_overflow(shm.offset, shm.byte_size, &end) ||
+      end > (*region)->byte_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        params, "shared_memory_offset: the range offset ", shm.offset,
+        " + byte_size ", shm.byte_size, " lies outside region ",
+        Quoted(shm.region), " of ", (*region)->byte_size(), " bytes"));
+  }
+  COALESCE_RETURN_IF_ERROR(CheckRegionAlive(**region, params));
+  char* data = (*region)->data() + shm.offset;
+  *keep = std::move(*region);
+  return data;
+}
+
+// The native codec names its own fields; model, inputs (FindInputs) and
+// outputs (each model output's index in the request's outputs, -1 when
+// not there) know the protocol's.
 grpc::Status InProtocolFields(const grpc::Status& status,
                               const ModelSpec& model,
-                              absl::Span<const int> inputs) {
+                              const ModelInferRequest& r,
+                              absl::Span<const int> inputs,
+                              absl::Span<const int> outputs) {
   if (status.ok()) return status;
   const std::string& message = status.error_message();
   const auto renamed = [&](absl::string_view from, absl::string_view to) {
     return grpc::Status(status.error_code(),
                         absl::StrCat(to, message.substr(from.size())));
   };
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k] < 0) continue;
+    if (const auto shm = SharedMemoryRename(
+            message, absl::StrCat("options.outputs[", k, "].shared_memory"),
+            absl::StrCat("outputs[", outputs[k], "].parameters."))) {
+      return renamed(shm->first, shm->second);
+    }
+  }
   for (size_t k = 0; k < model.inputs.size(); ++k) {
     const absl::string_view native = model.inputs[k].native;
     if (inputs[k] < 0 || !StartsWithField(message, native)) continue;
     const std::string in = absl::StrCat("inputs[", inputs[k], "]");
     const std::string raw = absl::StrCat(native, ".raw");
     const std::string dtype = absl::StrCat(native, ".dtype");
+    if (const auto shm =
+            SharedMemoryRename(message, absl::StrCat(native, ".shared_memory"),
+                               absl::StrCat(in, ".parameters."))) {
+      return renamed(shm->first, shm->second);
+    }
     if (StartsWithField(message, raw)) {
-      return renamed(raw, absl::StrCat("raw_input_contents[", inputs[k], "]"));
+      return renamed(raw, absl::StrCat("raw_input_contents[",
+                                       RawIndex(r, inputs[k]), "]"));
     }
     if (StartsWithField(message, dtype)) {
       return renamed(dtype, absl::StrCat(in, ".datatype"));
@@ -687,12 +908,16 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 InferenceService::InferenceService(const Backend* backend,
                                    const Authenticator* auth,
                                    ServiceMetrics* metrics,
-                                   TensorOpsService* ops, std::string version)
+                                   TensorOpsService* ops,
+                                   SharedMemoryRegistry* shared_memory,
+                                   std::string version)
     : backend_(backend),
       auth_(auth),
       metrics_(metrics),
       ops_(ops),
-      version_(std::move(version)) {}
+      shared_memory_(shared_memory),
+      version_(std::move(version)),
+      stats_(std::size(kModels)) {}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(
     grpc::CallbackServerContext* context,
@@ -741,6 +966,9 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     response->set_version(version_);
     // Request parameters (the native models' options and arguments).
     response->add_extensions("parameters");
+    response->add_extensions("model_configuration");
+    response->add_extensions("statistics");
+    response->add_extensions("system_shared_memory");
   }
   return Answer(context, call, caller, *request, *response);
 }
@@ -779,8 +1007,22 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   return Answer(context, call, absl::OkStatus(), *request, *response);
 }
 
-absl::Status InferenceService::Identity(ModelInferRequest& request,
-                                        ModelInferResponse* response) {
+// What one inference took: the phases end at submitted (its inputs are
+// checked and in place: compute_input), ran (its outputs exist: queue and
+// compute_infer) and end (its response is complete: compute_output).
+struct InferenceService::Timing {
+  RpcCall::Clock::time_point start, submitted, ran, end;
+  // The kernel's own time within [submitted, ran), the rest being the wait
+  // in the queue; negative when no kernel ran (identity).
+  double kernel_seconds = -1;
+  // The requests its launch served.
+  int64_t batch_size = 1;
+};
+
+absl::Status InferenceService::Identity(const Caller& caller,
+                                        ModelInferRequest& request,
+                                        ModelInferResponse* response,
+                                        Timing& timing) {
   COALESCE_ASSIGN_OR_RETURN(const std::vector<int> found,
                             FindInputs(request, *FindModel(kIdentity)));
   const int i = found[0];
@@ -792,18 +1034,72 @@ absl::Status InferenceService::Identity(ModelInferRequest& request,
   COALESCE_ASSIGN_OR_RETURN(const int64_t elements,
                             Elements(in.shape(), field));
   COALESCE_RETURN_IF_ERROR(CheckInputData(request, i, element_bytes, elements));
+  COALESCE_ASSIGN_OR_RETURN(const std::optional<ShmParams> in_shm,
+                            SharedMemoryParameters(in.parameters(), field));
+  // OUTPUT0 asked for in shared memory: where.
+  std::optional<ShmParams> out_shm;
+  std::string out_field;
+  for (int j = 0; j < request.outputs_size(); ++j) {
+    out_field = absl::StrCat("outputs[", j, "]");
+    COALESCE_ASSIGN_OR_RETURN(
+        out_shm,
+        SharedMemoryParameters(request.outputs(j).parameters(), out_field));
+  }
+  // The input's bytes: in a region, or raw (typed contents have none).
+  std::shared_ptr<const SharedMemoryRegion> in_region, out_region;
+  absl::string_view bytes;
+  if (in_shm.has_value()) {
+    // BYTES elements have no fixed size: the region's range is the tensor.
+    const uint64_t need = element_bytes > 0
+                              ? static_cast<uint64_t>(elements * element_bytes)
+                              : in_shm->byte_size;
+    COALESCE_ASSIGN_OR_RETURN(
+        const char* data,
+        ResolveRegion(shared_memory_, caller.identity, *in_shm, field, need,
+                      /*is_output=*/false, &in_region));
+    bytes = absl::string_view(data, need);
+  } else if (request.raw_input_contents_size() > 0) {
+    bytes = request.raw_input_contents(RawIndex(request, i));
+  } else if (out_shm.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        out_field,
+        ".parameters.shared_memory_region: identity writes shared memory "
+        "only from raw_input_contents or shared memory, not typed contents"));
+  }
+  timing.submitted = RpcCall::Clock::now();
   auto* out = response->add_outputs();
   out->set_name(std::string(kOutput));
   out->set_datatype(in.datatype());
   *out->mutable_shape() = in.shape();
-  // The data moves from request to response as it came: raw bytes or
-  // typed contents.
-  if (request.raw_input_contents_size() > 0) {
+  if (out_shm.has_value()) {
+    COALESCE_ASSIGN_OR_RETURN(
+        char* data,
+        ResolveRegion(shared_memory_, caller.identity, *out_shm, out_field,
+                      bytes.size(), /*is_output=*/true, &out_region));
+    // memmove: the client may name overlapping ranges of one region.
+    std::memmove(data, bytes.data(), bytes.size());
+    SharedMemoryOutput(out_shm->region, out_shm->offset, bytes.size(), out,
+                       response);
+  } else if (in_shm.has_value()) {
+    response->add_raw_output_contents()->assign(bytes.data(), bytes.size());
+  } else if (request.raw_input_contents_size() > 0) {
+    // The data moves from request to response as it came.
     response->add_raw_output_contents()->swap(
-        *request.mutable_raw_input_contents(i));
+        *request.mutable_raw_input_contents(RawIndex(request, i)));
   } else {
     out->mutable_contents()->Swap(in.mutable_contents());
   }
+  // A region that shrank while it was copied read or wrote guarded zeros:
+  // the result is not the tensor.
+  if (in_region != nullptr) {
+    COALESCE_RETURN_IF_ERROR(
+        CheckRegionAlive(*in_region, absl::StrCat(field, ".parameters.")));
+  }
+  if (out_region != nullptr) {
+    COALESCE_RETURN_IF_ERROR(
+        CheckRegionAlive(*out_region, absl::StrCat(out_field, ".parameters.")));
+  }
+  timing.ran = RpcCall::Clock::now();
   return absl::OkStatus();
 }
 
@@ -814,6 +1110,8 @@ struct NativeCall {
   std::unique_ptr<google::protobuf::Message> native;
   std::unique_ptr<google::protobuf::Message> result;
   std::vector<int> inputs;  // each model input's index in the request
+  // Each model output's index in the request's outputs (-1: not there).
+  std::vector<int> outputs;
 };
 
 // Checks the request against model and builds call's native request from
@@ -845,9 +1143,19 @@ absl::Status BuildNative(ModelInferRequest& request, const ModelSpec& model,
         descriptor->FindFieldByName(std::string(model.inputs[k].native))));
     t->set_dtype(dtype);
     *t->mutable_shape() = in.shape();
-    if (request.raw_input_contents_size() > 0) {
+    COALESCE_ASSIGN_OR_RETURN(const std::optional<ShmParams> shm,
+                              SharedMemoryParameters(in.parameters(), field));
+    if (shm.has_value()) {
+      // The native codec checks the size, the range and that the region
+      // is the caller's.
+      v1::SharedMemoryRef* ref = t->mutable_shared_memory();
+      ref->set_region(shm->region);
+      ref->set_offset(shm->offset);
+      ref->set_byte_size(shm->byte_size);
+    } else if (request.raw_input_contents_size() > 0) {
       // Moved, not copied: the request is read no more.
-      t->mutable_raw()->swap(*request.mutable_raw_input_contents(i));
+      t->mutable_raw()->swap(
+          *request.mutable_raw_input_contents(RawIndex(request, i)));
     } else {
       // Typed contents exist only for FP32 (CheckInputData).
       const auto& values = in.contents().fp32_contents();
@@ -855,18 +1163,48 @@ absl::Status BuildNative(ModelInferRequest& request, const ModelSpec& model,
                                values.size() * sizeof(float));
     }
   }
-  COALESCE_RETURN_IF_ERROR(OptionsToNative(
-      request, static_cast<v1::ExecutionOptions*>(reflection->MutableMessage(
-                   native, descriptor->FindFieldByName("options")))));
+  auto* options = static_cast<v1::ExecutionOptions*>(reflection->MutableMessage(
+      native, descriptor->FindFieldByName("options")));
+  COALESCE_RETURN_IF_ERROR(OptionsToNative(request, options));
+  // Outputs asked for in shared memory are written there by the kernel.
+  call->outputs.assign(model.outputs.size(), -1);
+  for (int j = 0; j < request.outputs_size(); ++j) {
+    size_t k = 0;
+    while (model.outputs[k].name != request.outputs(j).name()) ++k;
+    call->outputs[k] = j;
+    COALESCE_ASSIGN_OR_RETURN(
+        const std::optional<ShmParams> shm,
+        SharedMemoryParameters(request.outputs(j).parameters(),
+                               absl::StrCat("outputs[", j, "]")));
+    if (!shm.has_value()) continue;
+    while (options->outputs_size() <= static_cast<int>(k)) {
+      options->add_outputs();
+    }
+    v1::OutputSpec* spec = options->mutable_outputs(static_cast<int>(k));
+    spec->set_placement(v1::OUTPUT_PLACEMENT_SHARED_MEMORY);
+    spec->mutable_shared_memory()->set_region(shm->region);
+    spec->mutable_shared_memory()->set_offset(shm->offset);
+    spec->mutable_shared_memory()->set_byte_size(shm->byte_size);
+  }
   // Other parameters are the client's business (the protocol lets clients
   // send ones a model ignores).
   return model.parameters(request, native);
 }
 
-// Moves result's outputs (those requested, or all) and report into
-// response.
+// The native response's KernelReport; null when it has none.
+const v1::KernelReport* ReportOf(const google::protobuf::Message& result) {
+  const google::protobuf::FieldDescriptor* report =
+      result.GetDescriptor()->FindFieldByName("report");
+  const google::protobuf::Reflection* reflection = result.GetReflection();
+  if (!reflection->HasField(result, report)) return nullptr;
+  return static_cast<const v1::KernelReport*>(
+      &reflection->GetMessage(result, report));
+}
+
+// Moves result's outputs (those requested, or all) into response, and its
+// report when the request asked for it (parameter "report").
 void NativeToResponse(const ModelSpec& model, const ModelInferRequest& request,
-                      google::protobuf::Message& result,
+                      google::protobuf::Message& result, bool report_asked,
                       ModelInferResponse* response) {
   const google::protobuf::Descriptor* descriptor = result.GetDescriptor();
   const google::protobuf::Reflection* reflection = result.GetReflection();
@@ -885,15 +1223,15 @@ void NativeToResponse(const ModelSpec& model, const ModelInferRequest& request,
     out->set_name(std::string(spec.name));
     out->set_datatype(std::string(KServeDatatype(t.dtype())));
     *out->mutable_shape() = t.shape();
+    if (t.has_shared_memory()) {
+      SharedMemoryOutput(t.shared_memory().region(), t.shared_memory().offset(),
+                         t.shared_memory().byte_size(), out, response);
+      continue;
+    }
     response->add_raw_output_contents()->swap(*t.mutable_raw());
   }
-  const google::protobuf::FieldDescriptor* report =
-      descriptor->FindFieldByName("report");
-  if (reflection->HasField(result, report)) {
-    ReportAsParameters(static_cast<const v1::KernelReport&>(
-                           reflection->GetMessage(result, report)),
-                       response);
-  }
+  const v1::KernelReport* report = ReportOf(result);
+  if (report_asked && report != nullptr) ReportAsParameters(*report, response);
 }
 
 }  // namespace
@@ -901,47 +1239,447 @@ void NativeToResponse(const ModelSpec& model, const ModelInferRequest& request,
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     grpc::CallbackServerContext* context, const ModelInferRequest* request,
     ModelInferResponse* response) {
-  // Reported as kModelInfer unless it reaches a native op (then as that
-  // op, by ops_): the call starts counting once that is known, from here.
-  const RpcCall::Clock::time_point start = RpcCall::Clock::now();
-  const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
-  const auto answer = [&](const absl::Status& status) {
-    RpcCall call(metrics_, Rpc::kModelInfer, start);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(call.Finish(
-        status, request_bytes,
-        status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0));
-    return reactor;
-  };
-  absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) return answer(caller.status());
-  const absl::StatusOr<const ModelSpec*> model =
-      CheckModel(request->model_name(), "model_name", request->model_version(),
-                 "model_version");
-  if (!model.ok()) return answer(model.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The inputs' bytes move out of the request (into the response or the
   // native request) instead of being copied: gRPC owns the message, which
   // is no const object, until the call ends, and nothing reads it after
   // this handler but the names of the requested outputs.
-  ModelInferRequest& moving = const_cast<ModelInferRequest&>(*request);
-  response->set_model_name(request->model_name());
-  response->set_model_version(kVersion);
-  response->set_id(request->id());
-  if ((*model)->run == nullptr) return answer(Identity(moving, response));
-  auto call = std::make_shared<NativeCall>();
-  const absl::Status built = BuildNative(moving, **model, call.get());
-  if (!built.ok()) return answer(built);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ModelSpec* spec = *model;
-  spec->run(ops_, context, std::move(caller), call->native.get(),
-            call->result.get(),
-            [call, reactor, request, response, spec](grpc::Status status) {
-              if (status.ok()) {
-                NativeToResponse(*spec, *request, *call->result, response);
-              }
-              reactor->Finish(InProtocolFields(status, *spec, call->inputs));
-            });
+  Infer(context, auth_->Authenticate(*context),
+        const_cast<ModelInferRequest&>(*request), response,
+        [reactor](grpc::Status status) { reactor->Finish(std::move(status)); });
   return reactor;
+}
+
+void InferenceService::Infer(grpc::CallbackServerContext* context,
+                             const absl::StatusOr<Caller>& caller,
+                             ModelInferRequest& request,
+                             ModelInferResponse* response,
+                             std::function<void(grpc::Status)> done) {
+  Timing timing;
+  timing.start = RpcCall::Clock::now();
+  // Reported as kModelInfer unless it reaches a native op (then as that
+  // op, by ops_).
+  const int64_t request_bytes = static_cast<int64_t>(request.ByteSizeLong());
+  int model_index = -1;  // known once the model is
+  const auto answer = [&](const absl::Status& status) {
+    RpcCall call(metrics_, Rpc::kModelInfer, timing.start);
+    timing.end = RpcCall::Clock::now();
+    grpc::Status answered = call.Finish(
+        status, request_bytes,
+        status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+    if (model_index >= 0) Record(model_index, status.ok(), timing);
+    done(std::move(answered));
+  };
+  if (!caller.ok()) return answer(caller.status());
+  const absl::StatusOr<const ModelSpec*> model =
+      CheckModel(request.model_name(), "model_name", request.model_version(),
+                 "model_version");
+  if (!model.ok()) return answer(model.status());
+  model_index = static_cast<int>(*model - kModels);
+  response->set_model_name(request.model_name());
+  response->set_model_version(kVersion);
+  response->set_id(request.id());
+  if ((*model)->run == nullptr) {
+    return answer(Identity(*caller, request, response, timing));
+  }
+  auto call = std::make_shared<NativeCall>();
+  const absl::Status built = BuildNative(request, **model, call.get());
+  if (!built.ok()) return answer(built);
+  // The report is always made (it costs a few fields): its kernel time and
+  // batch size feed the statistics; the response carries it only when the
+  // request asked.
+  auto* options = static_cast<v1::ExecutionOptions*>(
+      call->native->GetReflection()->MutableMessage(
+          call->native.get(),
+          call->native->GetDescriptor()->FindFieldByName("options")));
+  const bool report_asked = options->report();
+  options->set_report(true);
+  timing.submitted = RpcCall::Clock::now();
+  const ModelSpec* spec = *model;
+  spec->run(
+      ops_, context, caller, call->native.get(), call->result.get(),
+      [this, call, &request, response, spec, timing, model_index, report_asked,
+       done = std::move(done)](grpc::Status status) mutable {
+        timing.ran = RpcCall::Clock::now();
+        if (status.ok()) {
+          if (const v1::KernelReport* r = ReportOf(*call->result)) {
+            timing.kernel_seconds = r->kernel_seconds();
+            timing.batch_size = std::max<int64_t>(1, r->batch_size());
+          }
+          NativeToResponse(*spec, request, *call->result, report_asked,
+                           response);
+        }
+        timing.end = RpcCall::Clock::now();
+        Record(model_index, status.ok(), timing);
+        done(InProtocolFields(status, *spec, request, call->inputs,
+                              call->outputs));
+      });
+}
+
+void InferenceService::Record(int model, bool ok, const Timing& timing) {
+  const auto ns = [](RpcCall::Clock::duration d) {
+    return static_cast<uint64_t>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
+  };
+  const uint64_t total = ns(timing.end - timing.start);
+  absl::MutexLock lock(&stats_mu_);
+  ModelCounters& m = stats_[model];
+  if (!ok) {
+    m.fail.Add(total);
+    return;
+  }
+  m.success.Add(total);
+  ++m.inference_count;
+  m.last_inference_ms = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now()));
+  const uint64_t input = ns(timing.submitted - timing.start);
+  const uint64_t output = ns(timing.end - timing.ran);
+  uint64_t infer = ns(timing.ran - timing.submitted);
+  if (timing.kernel_seconds >= 0) {
+    const uint64_t kernel = static_cast<uint64_t>(timing.kernel_seconds * 1e9);
+    m.queue.Add(infer > kernel ? infer - kernel : 0);
+    infer = kernel;
+  }
+  m.compute_input.Add(input);
+  m.compute_infer.Add(infer);
+  m.compute_output.Add(output);
+  BatchCounters& b = m.batches[timing.batch_size];
+  ++b.requests;
+  b.compute_input.Add(input);
+  b.compute_infer.Add(infer);
+  b.compute_output.Add(output);
+}
+
+// One ModelStreamInfer stream: reads a request, runs it through Infer and
+// writes its answer before reading the next, so that responses keep the
+// requests' order and a stream holds one request's memory at a time. No
+// thread waits meanwhile: each step starts the next from its callback. A
+// failed request is answered with its error_message and the stream goes
+// on; the stream ends when the client half-closes (OK) or cancels, or a
+// write fails (CANCELLED).
+class InferenceService::StreamReactor final
+    : public grpc::ServerBidiReactor<ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  StreamReactor(InferenceService* service, grpc::CallbackServerContext* context)
+      : service_(service),
+        context_(context),
+        call_(service->metrics_, Rpc::kModelStreamInfer),
+        caller_(service->auth_->Authenticate(*context)) {
+    if (!caller_.ok()) {
+      End(caller_.status());
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed, or the stream broke (cancelled).
+      End(context_->IsCancelled()
+              ? absl::CancelledError("the stream was cancelled")
+              : absl::OkStatus());
+      return;
+    }
+    request_bytes_ += static_cast<int64_t>(request_.ByteSizeLong());
+    response_.Clear();
+    service_->Infer(context_, caller_, request_,
+                    response_.mutable_infer_response(),
+                    [this](grpc::Status status) { Answer(status); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("the stream was cancelled"));
+      return;
+    }
+    request_.Clear();
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Writes request_'s answer: its response, or its error.
+  void Answer(const grpc::Status& status) {
+    if (!status.ok()) {
+      // The response keeps only what names the request, for the client to
+      // match the error to it.
+      inference::ModelInferResponse named;
+      named.set_model_name(request_.model_name());
+      named.set_model_version(request_.model_version());
+      named.set_id(request_.id());
+      *response_.mutable_infer_response() = std::move(named);
+      response_.set_error_message(status.error_message());
+    }
+    response_bytes_ += static_cast<int64_t>(response_.ByteSizeLong());
+    StartWrite(&response_);
+  }
+
+  void End(const absl::Status& status) {
+    Finish(call_.Finish(status, request_bytes_, response_bytes_));
+  }
+
+  InferenceService* const service_;
+  grpc::CallbackServerContext* const context_;
+  RpcCall call_;
+  const absl::StatusOr<Caller> caller_;
+  ModelInferRequest request_;
+  inference::ModelStreamInferResponse response_;
+  int64_t request_bytes_ = 0;
+  int64_t response_bytes_ = 0;
+};
+
+grpc::ServerBidiReactor<ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new StreamReactor(this, context);
+}
+
+namespace {
+
+// Triton's name of a protocol datatype (ModelConfig's data_type).
+inference::DataType ConfigDatatype(absl::string_view datatype) {
+  if (datatype == "FP16") return inference::TYPE_FP16;
+  if (datatype == "BF16") return inference::TYPE_BF16;
+  return inference::TYPE_FP32;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context,
+    const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  RpcCall call(metrics_, Rpc::kModelConfig);
+  const absl::Status caller = auth_->Authenticate(*context).status();
+  if (!caller.ok()) return Answer(context, call, caller, *request, *response);
+  const absl::StatusOr<const ModelSpec*> model =
+      CheckModel(request->name(), "name", request->version(), "version");
+  if (!model.ok()) {
+    return Answer(context, call, model.status(), *request, *response);
+  }
+  inference::ModelConfig* config = response->mutable_config();
+  config->set_name(std::string((*model)->name));
+  config->set_platform("coalesce");
+  config->set_backend("coalesce");
+  // Shapes are whole (no batch dimension of Triton's kind); the datatype
+  // and ranks are ModelMetadata's.
+  config->set_max_batch_size(0);
+  for (const TensorSpec& t : (*model)->inputs) {
+    inference::ModelInput* in = config->add_input();
+    in->set_name(std::string(t.name));
+    in->set_data_type(ConfigDatatype("FP32"));
+    for (int i = 0; i < t.rank; ++i) in->add_dims(-1);
+    in->set_optional(!t.required);
+  }
+  for (const TensorSpec& t : (*model)->outputs) {
+    inference::ModelOutput* out = config->add_output();
+    out->set_name(std::string(t.name));
+    out->set_data_type(ConfigDatatype("FP32"));
+    for (int i = 0; i < t.rank; ++i) out->add_dims(-1);
+  }
+  return Answer(context, call, absl::OkStatus(), *request, *response);
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryIndexRequest* request,
+    inference::RepositoryIndexResponse* response) {
+  RpcCall call(metrics_, Rpc::kRepositoryIndex);
+  absl::Status status = auth_->Authenticate(*context).status();
+  if (status.ok() && !request->repository_name().empty()) {
+    status =
+        absl::NotFoundError(absl::StrCat("repository_name: unknown repository ",
+                                         Quoted(request->repository_name()),
+                                         " (the server has one, named \"\")"));
+  }
+  if (!status.ok()) return Answer(context, call, status, *request, *response);
+  // Every model is loaded from the start; all are as ready as the backend.
+  const absl::Status health = backend_->Health();
+  for (const ModelSpec& m : kModels) {
+    if (request->ready() && !health.ok()) break;
+    auto* index = response->add_models();
+    index->set_name(std::string(m.name));
+    index->set_version(kVersion);
+    index->set_state(health.ok() ? "READY" : "UNAVAILABLE");
+    if (!health.ok()) index->set_reason(std::string(health.message()));
+  }
+  return Answer(context, call, absl::OkStatus(), *request, *response);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
+    grpc::CallbackServerContext* context,
+    const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  RpcCall call(metrics_, Rpc::kModelStatistics);
+  const absl::Status caller = auth_->Authenticate(*context).status();
+  if (!caller.ok()) return Answer(context, call, caller, *request, *response);
+  int only = -1;  // every model
+  if (!request->name().empty()) {
+    const absl::StatusOr<const ModelSpec*> model =
+        CheckModel(request->name(), "name", request->version(), "version");
+    if (!model.ok()) {
+      return Answer(context, call, model.status(), *request, *response);
+    }
+    only = static_cast<int>(*model - kModels);
+  } else if (!request->version().empty()) {
+    return Answer(context, call,
+                  absl::InvalidArgumentError(
+                      "version: given without name (every model has version "
+                      "\"1\"; leave both empty for all)"),
+                  *request, *response);
+  }
+  const auto to_proto = [](const Duration& d,
+                           inference::StatisticDuration* out) {
+    out->set_count(d.count);
+    out->set_ns(d.ns);
+  };
+  absl::MutexLock lock(&stats_mu_);
+  for (int i = 0; i < static_cast<int>(stats_.size()); ++i) {
+    if (only >= 0 && i != only) continue;
+    const ModelCounters& m = stats_[i];
+    inference::ModelStatistics* out = response->add_model_stats();
+    out->set_name(std::string(kModels[i].name));
+    out->set_version(kVersion);
+    out->set_last_inference(m.last_inference_ms);
+    out->set_inference_count(m.inference_count);
+    inference::InferStatistics* s = out->mutable_inference_stats();
+    to_proto(m.success, s->mutable_success());
+    to_proto(m.fail, s->mutable_fail());
+    to_proto(m.queue, s->mutable_queue());
+    to_proto(m.compute_input, s->mutable_compute_input());
+    to_proto(m.compute_infer, s->mutable_compute_infer());
+    to_proto(m.compute_output, s->mutable_compute_output());
+    uint64_t executions = 0;
+    for (const auto& [size, b] : m.batches) {
+      // A launch of `size` requests is seen by each of them: its kernel
+      // time `size` times. Requests of other front ends or models sharing
+      // a launch are not counted, so a launch shared with them is rounded
+      // up to one.
+      const uint64_t n = static_cast<uint64_t>(size);
+      const uint64_t launches = (b.requests + n - 1) / n;
+      executions += launches;
+      inference::InferBatchStatistics* batch = out->add_batch_stats();
+      batch->set_batch_size(n);
+      batch->mutable_compute_input()->set_count(launches);
+      batch->mutable_compute_input()->set_ns(b.compute_input.ns);
+      batch->mutable_compute_infer()->set_count(launches);
+      batch->mutable_compute_infer()->set_ns(b.compute_infer.ns / n);
+      batch->mutable_compute_output()->set_count(launches);
+      batch->mutable_compute_output()->set_ns(b.compute_output.ns);
+    }
+    out->set_execution_count(executions);
+  }
+  return Answer(context, call, absl::OkStatus(), *request, *response);
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  RpcCall call(metrics_, Rpc::kSystemSharedMemoryStatus);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) {
+    return Answer(context, call, caller.status(), *request, *response);
+  }
+  auto& regions = *response->mutable_regions();
+  for (const SharedMemoryListing& r : shared_memory_->List(caller->identity)) {
+    if (!request->name().empty() && r.name != request->name()) continue;
+    auto& status = regions[r.name];
+    status.set_name(r.name);
+    status.set_key(r.key);
+    status.set_offset(r.offset);
+    status.set_byte_size(r.byte_size);
+  }
+  absl::Status status;
+  if (!request->name().empty() && regions.empty()) {
+    status = absl::NotFoundError(absl::StrCat("name: no shared-memory region ",
+                                              Quoted(request->name()),
+                                              " is registered"));
+  }
+  return Answer(context, call, status, *request, *response);
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse* response) {
+  RpcCall call(metrics_, Rpc::kSystemSharedMemoryRegister);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  absl::Status status = caller.status();
+  if (status.ok()) {
+    // The registry names the request's fields (name, key, offset,
+    // byte_size) in its errors.
+    status = shared_memory_->Register(caller->identity, request->name(),
+                                      request->key(), request->offset(),
+                                      request->byte_size(), caller->uid);
+  }
+  return Answer(context, call, status, *request, *response);
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse* response) {
+  RpcCall call(metrics_, Rpc::kSystemSharedMemoryUnregister);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  absl::Status status = caller.status();
+  if (status.ok() && !request->name().empty()) {
+    status = shared_memory_->Unregister(caller->identity, request->name());
+  } else if (status.ok()) {
+    // No name: every region of the caller's. One unregistered meanwhile by
+    // another call of the same caller is gone all the same.
+    for (const SharedMemoryListing& r :
+         shared_memory_->List(caller->identity)) {
+      const absl::Status s =
+          shared_memory_->Unregister(caller->identity, r.name);
+      if (!s.ok() && !absl::IsNotFound(s)) status = s;
+    }
+  }
+  return Answer(context, call, status, *request, *response);
+}
+
+namespace {
+
+// CUDA shared memory needs the server to open the client's CUDA IPC
+// handles on its device; the server does not, on any backend.
+absl::Status CudaSharedMemoryUnserved(const absl::StatusOr<Caller>& caller) {
+  if (!caller.ok()) return caller.status();
+  return absl::UnimplementedError(
+      "CUDA shared memory is not served by this server (on any backend); "
+      "use system shared memory (SystemSharedMemoryRegister) or send the "
+      "tensors inline");
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryStatusRequest* request,
+    inference::CudaSharedMemoryStatusResponse* response) {
+  RpcCall call(metrics_, Rpc::kCudaSharedMemoryStatus);
+  return Answer(context, call,
+                CudaSharedMemoryUnserved(auth_->Authenticate(*context)),
+                *request, *response);
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryRegisterRequest* request,
+    inference::CudaSharedMemoryRegisterResponse* response) {
+  RpcCall call(metrics_, Rpc::kCudaSharedMemoryRegister);
+  return Answer(context, call,
+                CudaSharedMemoryUnserved(auth_->Authenticate(*context)),
+                *request, *response);
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryUnregisterRequest* request,
+    inference::CudaSharedMemoryUnregisterResponse* response) {
+  RpcCall call(metrics_, Rpc::kCudaSharedMemoryUnregister);
+  return Answer(context, call,
+                CudaSharedMemoryUnserved(auth_->Authenticate(*context)),
+                *request, *response);
 }
 
 }  // namespace coalesce

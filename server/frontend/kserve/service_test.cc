@@ -3,7 +3,10 @@
 // tests do.
 #include "server/frontend/kserve/service.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -11,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -164,7 +168,9 @@ TEST_F(InferenceServiceTest, LiveReadyAndServerMetadata) {
                   .ok());
   EXPECT_EQ(response.name(), "coalesce");
   EXPECT_EQ(response.version(), info.build().version());
-  EXPECT_THAT(response.extensions(), testing::ElementsAre("parameters"));
+  EXPECT_THAT(response.extensions(),
+              testing::ElementsAre("parameters", "model_configuration",
+                                   "statistics", "system_shared_memory"));
 }
 
 TEST_F(InferenceServiceTest, ModelsAreReadyWithMetadata) {
@@ -859,6 +865,594 @@ TEST_F(InferenceServiceTest, EveryRpcIsReportedToTheMetrics) {
        }) {
     EXPECT_THAT(text, HasSubstr(series));
   }
+}
+
+// Random FP32 values as raw bytes.
+std::string RandomFloats(int64_t n, std::mt19937* rng) {
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  std::string s(n * sizeof(float), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = dist(*rng);
+    std::memcpy(&s[i * sizeof(float)], &v, sizeof(float));
+  }
+  return s;
+}
+
+TEST_F(InferenceServiceTest, StreamAnswersEveryRequestInOrderPastAnError) {
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  struct Sent {
+    ModelInferRequest request;
+    std::string expected;  // empty: an error, naming expected_field
+    std::string expected_field;
+  };
+  std::vector<Sent> sent;
+  for (int i = 0; i < 5; ++i) {
+    const std::vector<int64_t> shape = {3 + i, 5};
+    const std::string raw = RandomFloats(Elements(shape), &rng_);
+    Sent s;
+    if (i == 2) {
+      // Four bytes short: refused, naming the field.
+      s.request = RawRequest("transpose", "FP32", shape, raw.substr(4));
+      s.expected_field = "raw_input_contents[0]";
+    } else if (i == 3) {
+      s.request = RawRequest("identity", "FP32", shape, raw);
+      s.expected = raw;
+    } else {
+      s.request = RawRequest("transpose", "FP32", shape, raw);
+      s.expected = TransposeReference(raw, shape, 4);
+    }
+    s.request.set_id(absl::StrCat("request-", i));
+    sent.push_back(std::move(s));
+  }
+  // The responses are read while the requests are written, as a client
+  // must: a stream's writes complete only as the other side reads them.
+  std::vector<inference::ModelStreamInferResponse> responses;
+  std::thread reader([&] {
+    inference::ModelStreamInferResponse r;
+    while (stream->Read(&r)) responses.push_back(r);
+  });
+  for (const Sent& s : sent) EXPECT_TRUE(stream->Write(s.request));
+  EXPECT_TRUE(stream->WritesDone());
+  reader.join();
+  ASSERT_EQ(responses.size(), sent.size());
+  for (size_t k = 0; k < sent.size(); ++k) {
+    const Sent& s = sent[k];
+    const inference::ModelStreamInferResponse& response = responses[k];
+    SCOPED_TRACE(s.request.id());
+    EXPECT_EQ(response.infer_response().id(), s.request.id());
+    if (s.expected.empty()) {
+      EXPECT_THAT(response.error_message(), StartsWith(s.expected_field));
+      EXPECT_EQ(response.infer_response().raw_output_contents_size(), 0);
+      continue;
+    }
+    EXPECT_EQ(response.error_message(), "");
+    ASSERT_EQ(response.infer_response().raw_output_contents_size(), 1);
+    EXPECT_EQ(response.infer_response().raw_output_contents(0), s.expected);
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(InferenceServiceTest, StreamEndsWhenTheClientCancels) {
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  const std::vector<int64_t> shape = {4, 6};
+  const std::string raw = RandomFloats(Elements(shape), &rng_);
+  ASSERT_TRUE(stream->Write(RawRequest("transpose", "FP32", shape, raw)));
+  inference::ModelStreamInferResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.infer_response().raw_output_contents(0),
+            TransposeReference(raw, shape, 4));
+  context.TryCancel();
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(InferenceServiceTest, ModelConfigDescribesEachModel) {
+  grpc::ClientContext context;
+  inference::ModelConfigRequest request;
+  request.set_name("gelu_layer_norm");
+  inference::ModelConfigResponse response;
+  grpc::Status status = stub_->ModelConfig(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const inference::ModelConfig& config = response.config();
+  EXPECT_EQ(config.name(), "gelu_layer_norm");
+  EXPECT_EQ(config.platform(), "coalesce");
+  EXPECT_EQ(config.max_batch_size(), 0);
+  ASSERT_EQ(config.input_size(), 5);
+  EXPECT_EQ(config.input(0).name(), "x");
+  EXPECT_EQ(config.input(0).data_type(), inference::TYPE_FP32);
+  EXPECT_THAT(config.input(0).dims(), testing::ElementsAre(-1, -1));
+  EXPECT_FALSE(config.input(0).optional());
+  EXPECT_EQ(config.input(1).name(), "bias");
+  EXPECT_TRUE(config.input(1).optional());
+  ASSERT_EQ(config.output_size(), 2);
+  EXPECT_EQ(config.output(1).name(), "h");
+  EXPECT_THAT(config.output(1).dims(), testing::ElementsAre(-1, -1));
+
+  grpc::ClientContext unknown_context;
+  request.set_name("resnet");
+  status = stub_->ModelConfig(&unknown_context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), StartsWith("name: "));
+}
+
+TEST_F(InferenceServiceTest, RepositoryIndexListsEveryModelReady) {
+  grpc::ClientContext context;
+  inference::RepositoryIndexRequest request;
+  request.set_ready(true);
+  inference::RepositoryIndexResponse response;
+  grpc::Status status = stub_->RepositoryIndex(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<std::string> names;
+  for (const auto& m : response.models()) {
+    names.push_back(m.name());
+    EXPECT_EQ(m.version(), "1");
+    EXPECT_EQ(m.state(), "READY");
+  }
+  EXPECT_THAT(names,
+              testing::ElementsAre("identity", "transpose", "convert_layout",
+                                   "gelu_layer_norm", "gemm"));
+  grpc::ClientContext other_context;
+  request.set_repository_name("elsewhere");
+  status = stub_->RepositoryIndex(&other_context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), StartsWith("repository_name: "));
+}
+
+TEST_F(InferenceServiceTest, StatisticsCountWhatRequestsDid) {
+  const auto stats = [&](const std::string& name) {
+    grpc::ClientContext context;
+    inference::ModelStatisticsRequest request;
+    request.set_name(name);
+    inference::ModelStatisticsResponse response;
+    const grpc::Status status =
+        stub_->ModelStatistics(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.model_stats_size(), name.empty() ? 5 : 1);
+    return response;
+  };
+  const inference::ModelStatistics before = stats("transpose").model_stats(0);
+  EXPECT_EQ(before.name(), "transpose");
+  EXPECT_EQ(before.inference_count(), 0);
+  EXPECT_EQ(before.inference_stats().fail().count(), 0);
+  EXPECT_EQ(before.last_inference(), 0);
+
+  constexpr int kGood = 3;
+  for (int i = 0; i < kGood; ++i) {
+    const std::vector<int64_t> shape = {8 + i, 16};
+    ModelInferResponse response;
+    const grpc::Status status =
+        Infer(RawRequest("transpose", "FP32", shape,
+                         RandomFloats(Elements(shape), &rng_)),
+              &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  // One refused by the front end, one by the native op (no such variant).
+  ModelInferResponse response;
+  EXPECT_FALSE(
+      Infer(RawRequest("transpose", "FP32", {2, 2}, "short"), &response).ok());
+  ModelInferRequest forced =
+      RawRequest("transpose", "FP32", {2, 2}, RandomFloats(4, &rng_));
+  (*forced.mutable_parameters())["variant"].set_string_param("no_such");
+  EXPECT_FALSE(Infer(forced, &response).ok());
+  // A streamed request counts like a unary one.
+  {
+    grpc::ClientContext context;
+    auto stream = stub_->ModelStreamInfer(&context);
+    ASSERT_TRUE(stream->Write(
+        RawRequest("transpose", "FP32", {4, 4}, RandomFloats(16, &rng_))));
+    ASSERT_TRUE(stream->WritesDone());
+    inference::ModelStreamInferResponse streamed;
+    ASSERT_TRUE(stream->Read(&streamed));
+    EXPECT_EQ(streamed.error_message(), "");
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+
+  const inference::ModelStatistics after = stats("transpose").model_stats(0);
+  const inference::InferStatistics& s = after.inference_stats();
+  EXPECT_EQ(after.inference_count(), kGood + 1);
+  EXPECT_EQ(after.execution_count(), kGood + 1);  // one at a time: no batch
+  EXPECT_GT(after.last_inference(), 0);
+  EXPECT_EQ(s.success().count(), kGood + 1);
+  EXPECT_GT(s.success().ns(), 0);
+  EXPECT_EQ(s.fail().count(), 2);
+  EXPECT_GT(s.fail().ns(), 0);
+  for (const inference::StatisticDuration* d :
+       {&s.queue(), &s.compute_input(), &s.compute_infer(),
+        &s.compute_output()}) {
+    EXPECT_EQ(d->count(), kGood + 1);
+  }
+  EXPECT_GT(s.compute_infer().ns(), 0);
+  // The phases lie within the requests' whole time.
+  EXPECT_LE(s.queue().ns() + s.compute_input().ns() + s.compute_infer().ns() +
+                s.compute_output().ns(),
+            s.success().ns());
+  ASSERT_EQ(after.batch_stats_size(), 1);
+  EXPECT_EQ(after.batch_stats(0).batch_size(), 1);
+  EXPECT_EQ(after.batch_stats(0).compute_infer().count(), kGood + 1);
+  EXPECT_EQ(after.batch_stats(0).compute_infer().ns(), s.compute_infer().ns());
+
+  // The other models saw none of it; all of them are listed.
+  const inference::ModelStatisticsResponse all = stats("");
+  for (const inference::ModelStatistics& m : all.model_stats()) {
+    if (m.name() == "transpose") {
+      EXPECT_EQ(m.inference_count(), kGood + 1);
+    } else {
+      EXPECT_EQ(m.inference_count(), 0) << m.name();
+    }
+  }
+  ASSERT_TRUE(
+      Infer(RawRequest("identity", "UINT8", {3}, "xyz"), &response).ok());
+  const inference::ModelStatistics identity = stats("identity").model_stats(0);
+  EXPECT_EQ(identity.inference_count(), 1);
+  EXPECT_EQ(identity.execution_count(), 1);
+  // identity runs no kernel and waits in no queue.
+  EXPECT_EQ(identity.inference_stats().queue().count(), 0);
+  EXPECT_EQ(identity.inference_stats().compute_infer().count(), 1);
+
+  grpc::ClientContext context;
+  inference::ModelStatisticsRequest unknown;
+  unknown.set_name("resnet");
+  inference::ModelStatisticsResponse unknown_response;
+  const grpc::Status status =
+      stub_->ModelStatistics(&context, unknown, &unknown_response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), StartsWith("name: "));
+}
+
+TEST_F(InferenceServiceTest, SharedMemoryIsOffByDefaultAndCudaUnserved) {
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryRegisterRequest request;
+    request.set_name("r");
+    request.set_key("/coalesce-kserve-off");
+    request.set_byte_size(64);
+    inference::SystemSharedMemoryRegisterResponse response;
+    const grpc::Status status =
+        stub_->SystemSharedMemoryRegister(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("--allow_client_shm"));
+  }
+  grpc::ClientContext context;
+  inference::CudaSharedMemoryRegisterRequest request;
+  request.set_name("r");
+  request.set_raw_handle(std::string(64, 'h'));
+  request.set_byte_size(64);
+  inference::CudaSharedMemoryRegisterResponse response;
+  const grpc::Status status =
+      stub_->CudaSharedMemoryRegister(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("CUDA shared memory"));
+}
+
+// A POSIX shared-memory object owned by a test.
+class Shm {
+ public:
+  Shm(std::string key, int64_t bytes) : key_(std::move(key)), bytes_(bytes) {
+    shm_unlink(key_.c_str());
+    fd_ = shm_open(key_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    EXPECT_GE(fd_, 0);
+    EXPECT_EQ(ftruncate(fd_, bytes), 0);
+    data_ = static_cast<char*>(
+        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
+  }
+  ~Shm() {
+    munmap(data_, bytes_);
+    close(fd_);
+    shm_unlink(key_.c_str());
+  }
+  const std::string& key() const { return key_; }
+  char* data() const { return data_; }
+
+ private:
+  std::string key_;
+  int64_t bytes_;
+  int fd_ = -1;
+  char* data_ = nullptr;
+};
+
+// A server with shared memory on, reached over its local socket (where
+// the server learns the caller's uid, which registering needs), by two
+// clients of different identities.
+class InferenceSharedMemoryTest : public testing::Test {
+ protected:
+  static constexpr int64_t kObjectBytes = 8192;
+  static constexpr uint64_t kRegionBytes = 4096;
+
+  void SetUp() override {
+    backend_ = CreateCpuBackend(2);
+    ServerConfig config;
+    config.listen = "127.0.0.1:0";
+    socket_path_ = absl::StrCat("/tmp/coalesce-kserve-shm-", getpid(), "-",
+                                ++sockets_, ".sock");
+    config.unix_socket = socket_path_;
+    config.shared_memory.allow = true;
+    absl::StatusOr<std::unique_ptr<RunningServer>> server =
+        BuildServer(config, backend_.get(), "test");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = GRPCInferenceService::NewStub(
+        grpc::CreateChannel(absl::StrCat("unix:", socket_path_),
+                            grpc::InsecureChannelCredentials()));
+    shm_ = std::make_unique<Shm>(
+        absl::StrCat("/coalesce-kserve-test-", getpid()), kObjectBytes);
+    // "in" and "out": the object's two halves.
+    ASSERT_TRUE(Register("alice", "in", 0, kRegionBytes).ok());
+    ASSERT_TRUE(Register("alice", "out", kRegionBytes, kRegionBytes).ok());
+  }
+
+  static void As(const std::string& client, grpc::ClientContext* context) {
+    context->AddMetadata("x-coalesce-client", client);
+  }
+
+  grpc::Status Register(const std::string& client, const std::string& name,
+                        uint64_t offset, uint64_t byte_size) {
+    grpc::ClientContext context;
+    As(client, &context);
+    inference::SystemSharedMemoryRegisterRequest request;
+    request.set_name(name);
+    request.set_key(shm_->key());
+    request.set_offset(offset);
+    request.set_byte_size(byte_size);
+    inference::SystemSharedMemoryRegisterResponse response;
+    return stub_->SystemSharedMemoryRegister(&context, request, &response);
+  }
+
+  grpc::Status Status(const std::string& client, const std::string& name,
+                      inference::SystemSharedMemoryStatusResponse* response) {
+    grpc::ClientContext context;
+    As(client, &context);
+    inference::SystemSharedMemoryStatusRequest request;
+    request.set_name(name);
+    return stub_->SystemSharedMemoryStatus(&context, request, response);
+  }
+
+  grpc::Status Unregister(const std::string& client, const std::string& name) {
+    grpc::ClientContext context;
+    As(client, &context);
+    inference::SystemSharedMemoryUnregisterRequest request;
+    request.set_name(name);
+    inference::SystemSharedMemoryUnregisterResponse response;
+    return stub_->SystemSharedMemoryUnregister(&context, request, &response);
+  }
+
+  grpc::Status Infer(const std::string& client,
+                     const ModelInferRequest& request,
+                     ModelInferResponse* response) {
+    grpc::ClientContext context;
+    As(client, &context);
+    return stub_->ModelInfer(&context, request, response);
+  }
+
+  // Expects request (as alice) to fail with code and a message starting
+  // with field.
+  void ExpectError(const ModelInferRequest& request, grpc::StatusCode code,
+                   const std::string& field) {
+    ModelInferResponse response;
+    const grpc::Status status = Infer("alice", request, &response);
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_THAT(status.error_message(), StartsWith(field));
+  }
+
+  static inline int sockets_ = 0;
+  std::string socket_path_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<RunningServer> server_;
+  std::unique_ptr<GRPCInferenceService::Stub> stub_;
+  std::unique_ptr<Shm> shm_;
+  std::mt19937 rng_{20261204};
+};
+
+// Sets the Triton shared-memory parameters on a tensor's parameters.
+void InRegion(
+    google::protobuf::Map<std::string, inference::InferParameter>* params,
+    const std::string& region, int64_t byte_size, int64_t offset = 0) {
+  (*params)["shared_memory_region"].set_string_param(region);
+  (*params)["shared_memory_byte_size"].set_int64_param(byte_size);
+  if (offset != 0) (*params)["shared_memory_offset"].set_int64_param(offset);
+}
+
+// A request for model with INPUT0 [shape] FP32 in region "in" at offset.
+ModelInferRequest ShmRequest(const std::string& model,
+                             const std::vector<int64_t>& shape,
+                             int64_t offset) {
+  ModelInferRequest r;
+  r.set_model_name(model);
+  auto* in = r.add_inputs();
+  in->set_name("INPUT0");
+  in->set_datatype("FP32");
+  for (int64_t d : shape) in->add_shape(d);
+  InRegion(in->mutable_parameters(), "in", Elements(shape) * 4, offset);
+  return r;
+}
+
+TEST_F(InferenceSharedMemoryTest, RegisterStatusUnregisterPerIdentity) {
+  inference::SystemSharedMemoryStatusResponse status;
+  ASSERT_TRUE(Status("alice", "", &status).ok());
+  ASSERT_EQ(status.regions().size(), 2);
+  const auto& out = status.regions().at("out");
+  EXPECT_EQ(out.name(), "out");
+  EXPECT_EQ(out.key(), shm_->key());
+  EXPECT_EQ(out.offset(), kRegionBytes);
+  EXPECT_EQ(out.byte_size(), kRegionBytes);
+  status.Clear();
+  ASSERT_TRUE(Status("alice", "in", &status).ok());
+  EXPECT_EQ(status.regions().size(), 1);
+  EXPECT_EQ(Register("alice", "in", 0, 64).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+
+  // bob sees none of alice's regions, cannot drop or use them.
+  status.Clear();
+  ASSERT_TRUE(Status("bob", "", &status).ok());
+  EXPECT_TRUE(status.regions().empty());
+  grpc::Status s = Status("bob", "in", &status);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), StartsWith("name: "));
+  EXPECT_EQ(Unregister("bob", "in").error_code(), grpc::StatusCode::NOT_FOUND);
+  for (const char* model : {"identity", "transpose"}) {
+    SCOPED_TRACE(model);
+    ModelInferResponse response;
+    s = Infer("bob", ShmRequest(model, {4, 4}, 0), &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(),
+                StartsWith("inputs[0].parameters.shared_memory_region: "));
+  }
+  // bob's own region of the same name is his alone.
+  ASSERT_TRUE(Register("bob", "in", 0, 64).ok());
+  status.Clear();
+  ASSERT_TRUE(Status("alice", "in", &status).ok());
+  EXPECT_EQ(status.regions().at("in").byte_size(), kRegionBytes);
+
+  ASSERT_TRUE(Unregister("alice", "in").ok());
+  EXPECT_EQ(Unregister("alice", "in").error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // No name: every region of the caller's, and only those.
+  ASSERT_TRUE(Unregister("alice", "").ok());
+  status.Clear();
+  ASSERT_TRUE(Status("alice", "", &status).ok());
+  EXPECT_TRUE(status.regions().empty());
+  status.Clear();
+  ASSERT_TRUE(Status("bob", "", &status).ok());
+  EXPECT_EQ(status.regions().size(), 1);
+}
+
+TEST_F(InferenceSharedMemoryTest, InferReadsAndWritesSharedMemory) {
+  const std::vector<int64_t> shape = {16, 24};
+  const int64_t bytes = Elements(shape) * 4;
+  const std::string in = RandomFloats(Elements(shape), &rng_);
+  constexpr int64_t kInOffset = 256, kOutOffset = 512;
+  std::memcpy(shm_->data() + kInOffset, in.data(), bytes);
+
+  // transpose: input and output in shared memory.
+  ModelInferRequest request = ShmRequest("transpose", shape, kInOffset);
+  auto* out = request.add_outputs();
+  out->set_name("OUTPUT0");
+  InRegion(out->mutable_parameters(), "out", bytes + 64, kOutOffset);
+  ModelInferResponse response;
+  grpc::Status status = Infer("alice", request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  char* out_bytes = shm_->data() + kRegionBytes + kOutOffset;
+  EXPECT_EQ(std::string(out_bytes, bytes), TransposeReference(in, shape, 4));
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_THAT(response.outputs(0).shape(), testing::ElementsAre(24, 16));
+  EXPECT_EQ(response.outputs(0)
+                .parameters()
+                .at("shared_memory_byte_size")
+                .int64_param(),
+            bytes);
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_TRUE(response.raw_output_contents(0).empty());
+
+  // identity: from shared memory into the response.
+  response.Clear();
+  status = Infer("alice", ShmRequest("identity", shape, kInOffset), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_EQ(response.raw_output_contents(0), in);
+
+  // identity: raw bytes into shared memory.
+  const std::string raw = RandomFloats(Elements(shape), &rng_);
+  ModelInferRequest to_shm = RawRequest("identity", "FP32", shape, raw);
+  out = to_shm.add_outputs();
+  out->set_name("OUTPUT0");
+  InRegion(out->mutable_parameters(), "out", bytes, 8);
+  response.Clear();
+  status = Infer("alice", to_shm, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(std::string(shm_->data() + kRegionBytes + 8, bytes), raw);
+
+  // gemm with a in a region and b inline: raw_input_contents has b's only.
+  const int64_t m = 8, k = 12, n = 10;
+  const std::string a = RandomFloats(m * k, &rng_);
+  const std::string b = RandomFloats(k * n, &rng_);
+  std::memcpy(shm_->data(), a.data(), a.size());
+  ModelInferRequest gemm;
+  gemm.set_model_name("gemm");
+  auto* ta = gemm.add_inputs();
+  ta->set_name("a");
+  ta->set_datatype("FP32");
+  ta->add_shape(m);
+  ta->add_shape(k);
+  InRegion(ta->mutable_parameters(), "in", m * k * 4);
+  auto* tb = gemm.add_inputs();
+  tb->set_name("b");
+  tb->set_datatype("FP32");
+  tb->add_shape(k);
+  tb->add_shape(n);
+  gemm.add_raw_input_contents(b);
+  response.Clear();
+  status = Infer("alice", gemm, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  const std::string& d = response.raw_output_contents(0);
+  ASSERT_EQ(d.size(), static_cast<size_t>(m * n * 4));
+  const auto at = [](const std::string& s, int64_t i) {
+    float v;
+    std::memcpy(&v, &s[i * 4], 4);
+    return v;
+  };
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        want += double{at(a, i * k + p)} * at(b, p * n + j);
+      }
+      EXPECT_NEAR(at(d, i * n + j), want, 1e-4 * k) << i << "," << j;
+    }
+  }
+}
+
+TEST_F(InferenceSharedMemoryTest, OutOfBoundsRangesNameTheirField) {
+  const std::vector<int64_t> shape = {16, 16};  // 1024 bytes
+  for (const char* model : {"identity", "transpose"}) {
+    SCOPED_TRACE(model);
+    // Past the region's end by 4 bytes.
+    ExpectError(ShmRequest(model, shape, kRegionBytes - 1020),
+                grpc::StatusCode::INVALID_ARGUMENT,
+                "inputs[0].parameters.shared_memory_offset: ");
+    // offset + byte_size wraps around.
+    ModelInferRequest wraps = ShmRequest(model, shape, 0);
+    (*wraps.mutable_inputs(0)->mutable_parameters())["shared_memory_offset"]
+        .set_uint64_param(~uint64_t{0} - 100);
+    ExpectError(wraps, grpc::StatusCode::INVALID_ARGUMENT,
+                "inputs[0].parameters.shared_memory_offset: ");
+    // A size that is not the tensor's.
+    ModelInferRequest size = ShmRequest(model, shape, 0);
+    InRegion(size.mutable_inputs(0)->mutable_parameters(), "in", 1000);
+    ExpectError(size, grpc::StatusCode::INVALID_ARGUMENT,
+                "inputs[0].parameters.shared_memory_byte_size: ");
+    ModelInferRequest negative = ShmRequest(model, shape, 0);
+    (*negative.mutable_inputs(0)->mutable_parameters())["shared_memory_offset"]
+        .set_int64_param(-8);
+    ExpectError(negative, grpc::StatusCode::INVALID_ARGUMENT,
+                "inputs[0].parameters.shared_memory_offset: ");
+    ModelInferRequest unknown = ShmRequest(model, shape, 0);
+    InRegion(unknown.mutable_inputs(0)->mutable_parameters(), "nowhere", 1024);
+    ExpectError(unknown, grpc::StatusCode::NOT_FOUND,
+                "inputs[0].parameters.shared_memory_region: ");
+    // An output range past the region's end.
+    ModelInferRequest output = ShmRequest(model, shape, 0);
+    auto* out = output.add_outputs();
+    out->set_name("OUTPUT0");
+    InRegion(out->mutable_parameters(), "out", 1024, kRegionBytes - 512);
+    ExpectError(output, grpc::StatusCode::INVALID_ARGUMENT,
+                "outputs[0].parameters.shared_memory_offset: ");
+    ModelInferRequest small = ShmRequest(model, shape, 0);
+    out = small.add_outputs();
+    out->set_name("OUTPUT0");
+    InRegion(out->mutable_parameters(), "out", 512);
+    ExpectError(small, grpc::StatusCode::INVALID_ARGUMENT,
+                "outputs[0].parameters.shared_memory_byte_size: ");
+  }
+  // A size without a region.
+  ModelInferRequest orphan =
+      RawRequest("transpose", "FP32", {2, 2}, RandomFloats(4, &rng_));
+  (*orphan.mutable_inputs(0)->mutable_parameters())["shared_memory_byte_size"]
+      .set_int64_param(16);
+  ExpectError(orphan, grpc::StatusCode::INVALID_ARGUMENT,
+              "inputs[0].parameters.shared_memory_byte_size: ");
 }
 
 TEST(InferenceServiceAuthTest, EveryRpcNeedsAToken) {
