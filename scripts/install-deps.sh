@@ -11,6 +11,7 @@ packages=(
   libabsl-dev libopenblas-dev libcivetweb-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-venv  # python3-venv: the Python client test
+  libb64-0d  # perf_analyzer (the KServe interop test)
   clang-format  # scripts/format.sh --check, run by scripts/test.sh
   prometheus  # promtool and a real Prometheus for the metrics e2e tests
   openssl  # certificates for the TLS end-to-end tests

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -183,7 +184,9 @@ absl::StatusOr<std::optional<int64_t>> Int64Parameter(
   }
   return p->int64_param();
 }
-// A double_param, or an int64_param (a client's "1" for 1.0).
+// A double_param, an int64_param (a client's "1" for 1.0), or a
+// string_param holding a number: older tritonclient releases send no
+// double_param, so a fraction comes from them as a string.
 absl::StatusOr<std::optional<double>> DoubleParameter(
     const ModelInferRequest& r, absl::string_view name) {
   const InferParameter* p = FindParameter(r, name);
@@ -194,7 +197,12 @@ absl::StatusOr<std::optional<double>> DoubleParameter(
   if (p->parameter_choice_case() == InferParameter::kInt64Param) {
     return static_cast<double>(p->int64_param());
   }
-  return WrongKind(name, "double_param");
+  double value = 0;
+  if (p->parameter_choice_case() == InferParameter::kStringParam &&
+      absl::SimpleAtod(p->string_param(), &value) && std::isfinite(value)) {
+    return value;
+  }
+  return WrongKind(name, "double_param (or a number as a string_param)");
 }
 
 // "variant" and "report", every native model's: the native options.
