@@ -284,7 +284,9 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
         absl::StrCat("cannot serve on '", config.listen,
                      "': the address is malformed, in use or not local"));
   }
-  running->service->AttachHealth(running->server->GetHealthCheckService());
+  running->service->AttachHealth(
+      running->server->GetHealthCheckService(),
+      {inference::GRPCInferenceService::service_full_name()});
   if (!config.unix_socket.empty()) {
     COALESCE_ASSIGN_OR_RETURN(
         running->local_socket,

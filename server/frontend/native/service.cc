@@ -183,7 +183,11 @@ TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
       auth_(auth),
       scheduler_(scheduler) {}
 
-void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health) {
+void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health,
+                                    std::vector<std::string> also) {
+  health_services_ = std::move(also);
+  health_services_.emplace_back("");
+  health_services_.emplace_back(v1::TensorOps::service_full_name());
   health_.store(health);
   PublishHealth();
 }
@@ -196,8 +200,9 @@ void TensorOpsService::PublishHealth() {
     spdlog::error("backend unhealthy, health checks report NOT_SERVING: {}",
                   status.ToString());
   }
-  health->SetServingStatus("", status.ok());
-  health->SetServingStatus(v1::TensorOps::service_full_name(), status.ok());
+  for (const std::string& service : health_services_) {
+    health->SetServingStatus(service, status.ok());
+  }
 }
 
 absl::Status TensorOpsService::PlaceOutputs(

@@ -60,12 +60,14 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                    SharedMemoryRegistry* shared_memory,
                    const Authenticator* auth, Scheduler* scheduler);
 
-  // Publishes the backend's health as the serving status of "" and of
-  // coalesce.v1.TensorOps, now and after every failed execution, so that a
+  // Publishes the backend's health as the serving status of "", of
+  // coalesce.v1.TensorOps and of the services in `also` (other front ends
+  // of the same ops), now and after every failed execution, so that a
   // sticky device fault turns the server NOT_SERVING instead of it silently
   // failing every request. health is not owned; it outlives the service's
   // RPCs (both belong to one grpc::Server).
-  void AttachHealth(grpc::HealthCheckServiceInterface* health);
+  void AttachHealth(grpc::HealthCheckServiceInterface* health,
+                    std::vector<std::string> also = {});
 
   grpc::ServerUnaryReactor* Transpose(grpc::CallbackServerContext* context,
                                       const v1::TransposeRequest* request,
@@ -247,6 +249,8 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   const Authenticator* const auth_;
   Scheduler* const scheduler_;
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
+  // Set once by AttachHealth, before health_.
+  std::vector<std::string> health_services_;
 };
 
 }  // namespace coalesce

@@ -546,6 +546,8 @@ TEST_F(ServiceTest, HealthIsServing) {
             grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_EQ(CheckHealth(channel_, "coalesce.v1.TensorOps"),
             grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth(channel_, "inference.GRPCInferenceService"),
+            grpc::health::v1::HealthCheckResponse::SERVING);
   CheckHealth(channel_, "no.such.Service", grpc::StatusCode::NOT_FOUND);
 }
 
@@ -1074,6 +1076,8 @@ TEST(ServiceHealthTest, DeviceFaultTurnsHealthNotServing) {
   EXPECT_EQ(CheckHealth(channel, ""),
             grpc::health::v1::HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(CheckHealth(channel, "coalesce.v1.TensorOps"),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel, "inference.GRPCInferenceService"),
             grpc::health::v1::HealthCheckResponse::NOT_SERVING);
 }
 
