@@ -4,7 +4,10 @@
 # test (GPU tests, CTest label gpu, skip with a reason where no GPU is
 # visible); then the unit and e2e tests again under ASan+UBSan and the
 # server's tests under TSan (scripts/sanitize.sh); then each libFuzzer
-# target for FUZZ_SECONDS (default 20) on its corpus (scripts/fuzz.sh).
+# target for FUZZ_SECONDS (default 20) on its corpus (scripts/fuzz.sh);
+# then the CPU image is built from the Dockerfile with the binaries just
+# built and smoke-tested (scripts/container-test.sh: about 5 minutes on
+# 2 cores, under 2 once the daemon keeps the base image).
 # QUICK=1 stops after the plain tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +23,6 @@ echo "[test] build and tests: $((SECONDS - start)) s"
 if [ "${QUICK:-0}" = 1 ]; then exit 0; fi
 scripts/sanitize.sh all
 scripts/fuzz.sh --seconds="${FUZZ_SECONDS:-20}" --jobs="$(nproc)"
+# Bounded: a hung daemon or build must not eat CI's remaining time.
+timeout 1200 scripts/container-test.sh
 echo "[test] all done: $((SECONDS - start)) s"
