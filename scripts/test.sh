@@ -5,7 +5,8 @@
 # visible); then the unit and e2e tests again under ASan+UBSan and the
 # server's tests under TSan (scripts/sanitize.sh); then each libFuzzer
 # target for FUZZ_SECONDS (default 20) on its corpus (scripts/fuzz.sh);
-# then the CPU image is built from the Dockerfile with the binaries just
+# then the deployment files are checked (scripts/deploy-check.sh) and the
+# CPU image is built from the Dockerfile with the binaries just
 # built and smoke-tested (scripts/container-test.sh: about 5 minutes on
 # 2 cores, under 2 once the daemon keeps the base image).
 # QUICK=1 stops after the plain tests.
@@ -23,6 +24,8 @@ echo "[test] build and tests: $((SECONDS - start)) s"
 if [ "${QUICK:-0}" = 1 ]; then exit 0; fi
 scripts/sanitize.sh all
 scripts/fuzz.sh --seconds="${FUZZ_SECONDS:-20}" --jobs="$(nproc)"
-# Bounded: a hung daemon or build must not eat CI's remaining time.
+# Compose and Kubernetes files (under a minute), then the image. Bounded:
+# a hung daemon or build must not eat CI's remaining time.
+timeout 600 scripts/deploy-check.sh
 timeout 1200 scripts/container-test.sh
 echo "[test] all done: $((SECONDS - start)) s"
