@@ -10,15 +10,15 @@
 #include <stdio.h>
 #include <string.h>
 
-static int check(const char *name) {
-  void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+static int check(const char* name) {
+  void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
-    const char *error = dlerror();
+    const char* error = dlerror();
     fprintf(stderr, "MISSING %s: %s\n", name, error ? error : "?");
     return 1;
   }
-  struct link_map *map = NULL;
-  const char *path = "?";
+  struct link_map* map = NULL;
+  const char* path = "?";
   if (dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map != NULL &&
       map->l_name != NULL && map->l_name[0] != '\0')
     path = map->l_name;
@@ -26,11 +26,11 @@ static int check(const char *name) {
   return 0;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   int failed = 0, checked = 0;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "-f") == 0 && i + 1 < argc) {
-      FILE *f = fopen(argv[++i], "r");
+      FILE* f = fopen(argv[++i], "r");
       if (f == NULL) {
         perror(argv[i]);
         return 2;
