@@ -143,7 +143,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("chunk_bytes must be >= 1, got ", options.chunk_bytes));
   }
+  if (!options.load_balancing.empty() &&
+      options.load_balancing != "round_robin" &&
+      options.load_balancing != "pick_first") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("load_balancing must be round_robin or pick_first, got '",
+                     options.load_balancing, "'"));
+  }
   grpc::ChannelArguments args;
+  if (!options.load_balancing.empty()) {
+    args.SetServiceConfigJSON(absl::StrCat(R"({"loadBalancingConfig": [{")",
+                                           options.load_balancing,
+                                           R"(": {}}]})"));
+  }
   args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.own_connection)

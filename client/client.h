@@ -46,6 +46,12 @@ struct ClientOptions {
   std::string tls_server_name;
   // Bytes per PutTensor chunk (at most max_message_bytes - 1 KiB).
   int64_t chunk_bytes = int64_t{4} << 20;
+  // How calls spread over the addresses server resolves to (several with
+  // "ipv4:127.0.0.1:50051,127.0.0.1:50052" or a DNS name with
+  // "dns:///NAME:PORT", e.g. a headless Service): "round_robin" sends each
+  // call to the next ready address; "pick_first" (also "", gRPC's default)
+  // sends all to one. Set as the channel's gRPC service config.
+  std::string load_balancing;
   // Open a connection of this client's own instead of sharing one with
   // other clients of the same options (gRPC's global subchannel pool).
   bool own_connection = false;

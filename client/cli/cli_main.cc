@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM client certificate chain (mTLS), with --tls_key.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, load_balancing, "",
+          "round_robin: spread calls over every address --server resolves "
+          "to; pick_first (the default): one.");
 ABSL_FLAG(std::string, tls_server_name, "",
           "Name the server's certificate must carry, when it is not the host "
           "in --server.");
@@ -109,7 +112,9 @@ flags of every op:
                     to FILE.h.npy); without it, print a one-line summary
   --report          print the kernel report (variant, why, time, GB/s, ...)
   --variant=NAME    force a kernel variant (names: coalesce info)
-  --server=HOST:PORT or unix:PATH (default localhost:50051),
+  --server=HOST:PORT or unix:PATH (default localhost:50051), or several:
+                    ipv4:H:P,H:P or dns:///NAME:PORT with
+  --load_balancing=round_robin   (each call to the next address)
   --max_message_bytes=N, --timeout_s=S
   --tls_ca=PEM      connect over TLS (--tls_cert=PEM --tls_key=PEM: mTLS;
                     --tls_server_name=NAME when it is not the --server host)
@@ -184,6 +189,7 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectFromFlags() {
   options.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_path = absl::GetFlag(FLAGS_tls_key);
   options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options.load_balancing = absl::GetFlag(FLAGS_load_balancing);
   // Never a flag value: command lines are visible to every local user.
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     std::ifstream in(path);
