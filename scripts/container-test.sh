@@ -13,8 +13,10 @@
 #
 #   CONTAINER_BUILD=prebuilt (default): package the binaries of BUILD_DIR
 #     (default build, built by scripts/build.sh on this Debian 12 host) with
-#     the Dockerfile's BINARIES=prebuilt path. On CI's 2 cores: about
-#     5 minutes with a fresh base image, 1 to 2 with a kept one.
+#     the Dockerfile's BINARIES=prebuilt path. Measured on CI's machine
+#     kind (2 cores): 128 s with a new base image (74 s of it debootstrap),
+#     66 s with a kept one; installing docker.io and debootstrap first, when
+#     missing, adds what apt takes.
 #   CONTAINER_BUILD=source: the Dockerfile's from-source build stage, as a
 #     user builds it (a full build inside the image: tens of minutes on 2
 #     cores; docs/DEPLOY.md has the measured time).
@@ -56,6 +58,8 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+# timeout(1) sends TERM: exit through the EXIT trap, which cleans up.
+trap 'exit 143' TERM INT
 if ! $docker info >/dev/null 2>&1; then
   log "starting dockerd"
   dockerd >"$workdir/dockerd.log" 2>&1 &

@@ -7,8 +7,8 @@
 # target for FUZZ_SECONDS (default 20) on its corpus (scripts/fuzz.sh);
 # then the deployment files are checked (scripts/deploy-check.sh) and the
 # CPU image is built from the Dockerfile with the binaries just
-# built and smoke-tested (scripts/container-test.sh: about 5 minutes on
-# 2 cores, under 2 once the daemon keeps the base image).
+# built and smoke-tested (scripts/container-test.sh: about 2 minutes on
+# 2 cores, 1 once the daemon keeps the base image).
 # QUICK=1 stops after the plain tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
