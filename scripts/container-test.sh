@@ -106,8 +106,9 @@ t=$SECONDS
 $docker build "${args[@]}" -t "$image" . >"$workdir/build.log" 2>&1 ||
   { tail -40 "$workdir/build.log"; exit 1; }
 log "image build ($mode): $((SECONDS - t)) s"
-grep -E "libraries loaded" "$workdir/build.log" | tail -1 |
-  sed 's/^/[container-test] at build time: /'
+# The check step's output; none when BuildKit reused the step's cache.
+checked=$(grep -E "libraries loaded" "$workdir/build.log" | tail -1 || true)
+log "at build time: ${checked:-dlopen check cached from an identical build}"
 
 size=$($docker image inspect -f '{{.Size}}' "$image")
 base_size=$($docker image inspect -f '{{.Size}}' "$base")
