@@ -6,6 +6,7 @@ import csv
 import glob
 import os
 import queue
+import re
 import subprocess
 import sys
 
@@ -99,6 +100,32 @@ def test_errors_name_the_field(triton, rng):
     with pytest.raises(InferenceServerException) as e:
         triton.infer("transpose", [infer_input("INPUT0", x)])
     assert "inputs[0].shape" in e.value.message()
+    # A datatype the model does not take.
+    with pytest.raises(InferenceServerException) as e:
+        triton.infer("transpose", [infer_input(
+            "INPUT0", rng.integers(1, 100, (4, 5)).astype(np.int32))])
+    assert "inputs[0].datatype" in e.value.message()
+    # A parameter the model needs.
+    with pytest.raises(InferenceServerException) as e:
+        triton.infer("convert_layout", [infer_input("INPUT0", x)])
+    assert "parameters" in e.value.message()
+    with pytest.raises(InferenceServerException) as e:
+        triton.infer("no_such_model", [infer_input("INPUT0", x)])
+    assert "no_such_model" in e.value.message()
+    assert "NOT_FOUND" in str(e.value.status())
+
+
+def test_results_equal_the_native_protocol(triton, client, rng):
+    # The same kernels behind both protocols: moves bit for bit, and the
+    # GEMM too (the same variant is chosen for the same shape and dtype).
+    x = refs.random_array(rng, (3, 41, 29), np.float32)
+    kserve = triton.infer("transpose", [infer_input("INPUT0", x)])
+    np.testing.assert_array_equal(kserve.as_numpy("OUTPUT0"),
+                                  client.transpose(x))
+    a = refs.random_array(rng, (33, 47), np.float32)
+    b = refs.random_array(rng, (47, 21), np.float32)
+    kserve = triton.infer("gemm", [infer_input("a", a), infer_input("b", b)])
+    np.testing.assert_array_equal(kserve.as_numpy("d"), client.gemm(a, b))
 
 
 def test_stream_answers_in_order_past_an_error(triton, rng):
@@ -181,20 +208,45 @@ def perf_analyzer():
     return binary, env
 
 
-def test_perf_analyzer_drives_a_model(server, tmp_path):
+# Each model with the shapes (and parameters) perf_analyzer needs: every
+# input the metadata lists, optional ones included, gets a shape.
+PERF_CASES = {
+    "identity": ["--shape", "INPUT0:64,64"],
+    "transpose": ["--shape", "INPUT0:64,64"],
+    "convert_layout": ["--shape", "INPUT0:2,8,16,16",
+                       "--request-parameter", "layout_from:NCHW:string",
+                       "--request-parameter", "layout_to:NHWC:string"],
+    "gelu_layer_norm": ["--shape", "x:16,64", "--shape", "bias:64",
+                        "--shape", "residual:16,64", "--shape", "gamma:64",
+                        "--shape", "beta:64"],
+    "gemm": ["--shape", "a:32,48", "--shape", "b:48,16",
+             "--shape", "c:32,16"],
+}
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_perf_analyzer_drives_every_model(server, tmp_path, model):
     binary, env = perf_analyzer()
     report = tmp_path / "perf.csv"
     run = subprocess.run(
-        [binary, "-m", "transpose", "-i", "grpc", "-u", server.target,
-         "--shape", "INPUT0:64,64", "--concurrency-range", "1:2",
-         "--measurement-interval", "500",
+        [binary, "-m", model, "-i", "grpc", "-u", server.target,
+         *PERF_CASES[model], "--concurrency-range", "1:2",
+         "--measurement-interval", "300",
          # A shared 2-core machine never looks stable; the figures are not
          # the point here, that the tool drives the model is.
          "--stability-percentage", "999", "-f", str(report)],
         capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    # The server-side figures come from ModelStatistics.
-    assert "Inference count" in run.stdout, run.stdout
+    assert "error" not in run.stdout.lower(), run.stdout
+    # Per measurement window, the requests the client counted and the
+    # inferences the server's ModelStatistics counted.
+    client_counts = [int(n) for n in
+                     re.findall(r"Request count: (\d+)", run.stdout)]
+    server_counts = [int(n) for n in
+                     re.findall(r"Inference count: (\d+)", run.stdout)]
+    assert len(client_counts) == len(server_counts) == 2, run.stdout
+    for c, s in zip(client_counts, server_counts):
+        assert c > 0 and abs(c - s) <= max(2, c // 100), run.stdout
     with open(report) as f:
         rows = list(csv.DictReader(f))
     assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2]

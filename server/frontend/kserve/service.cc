@@ -232,8 +232,9 @@ absl::StatusOr<v1::Layout> LayoutParameter(const ModelInferRequest& r,
         absl::StrCat("parameters.", name, ": required with ",
                      name == "layout_from" ? "layout_to" : "layout_from"));
   }
-  if (*value == "NCHW") return v1::LAYOUT_NCHW;
-  if (*value == "NHWC") return v1::LAYOUT_NHWC;
+  // Any case: perf_analyzer's --request-parameter lowercases its values.
+  if (absl::EqualsIgnoreCase(*value, "NCHW")) return v1::LAYOUT_NCHW;
+  if (absl::EqualsIgnoreCase(*value, "NHWC")) return v1::LAYOUT_NHWC;
   return absl::InvalidArgumentError(
       absl::StrCat("parameters.", name, ": must be \"NCHW\" or \"NHWC\", got ",
                    Quoted(*value)));
@@ -1342,11 +1343,15 @@ void InferenceService::Record(int model, bool ok, const Timing& timing) {
   const uint64_t input = ns(timing.submitted - timing.start);
   const uint64_t output = ns(timing.end - timing.ran);
   uint64_t infer = ns(timing.ran - timing.submitted);
+  // Every inference counts in queue, as Triton's do (perf_analyzer finds a
+  // model's statistics by it); one that runs no kernel waited for none.
+  uint64_t queued = 0;
   if (timing.kernel_seconds >= 0) {
     const uint64_t kernel = static_cast<uint64_t>(timing.kernel_seconds * 1e9);
-    m.queue.Add(infer > kernel ? infer - kernel : 0);
+    queued = infer > kernel ? infer - kernel : 0;
     infer = kernel;
   }
+  m.queue.Add(queued);
   m.compute_input.Add(input);
   m.compute_infer.Add(infer);
   m.compute_output.Add(output);

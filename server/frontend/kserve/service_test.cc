@@ -1088,8 +1088,9 @@ TEST_F(InferenceServiceTest, StatisticsCountWhatRequestsDid) {
   const inference::ModelStatistics identity = stats("identity").model_stats(0);
   EXPECT_EQ(identity.inference_count(), 1);
   EXPECT_EQ(identity.execution_count(), 1);
-  // identity runs no kernel and waits in no queue.
-  EXPECT_EQ(identity.inference_stats().queue().count(), 0);
+  // identity runs no kernel and waits in no queue: counted there with 0 ns.
+  EXPECT_EQ(identity.inference_stats().queue().count(), 1);
+  EXPECT_EQ(identity.inference_stats().queue().ns(), 0);
   EXPECT_EQ(identity.inference_stats().compute_infer().count(), 1);
 
   grpc::ClientContext context;
