@@ -37,6 +37,7 @@ class Server:
     """coalesce-server on 127.0.0.1:0; the port comes from its first line."""
 
     def __init__(self, binary, workdir, flags=()):
+        os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
         self.log_path = os.path.join(workdir, "stderr.txt")
         self.unix_socket = os.path.join(workdir, "coalesce.sock")
@@ -49,7 +50,9 @@ class Server:
                 argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
                 preexec_fn=_die_with_parent)
         self.port = None
+        self._metrics_port = None
         found = threading.Event()
+        self._metrics_found = threading.Event()
 
         def read():
             for line in self.process.stdout:
@@ -58,7 +61,12 @@ class Server:
                     self.port = int(m.group(1))
                     self.backend = m.group(2)
                     found.set()
+                m = re.search(r"metrics on \S*:(\d+)", line)
+                if m:
+                    self._metrics_port = int(m.group(1))
+                    self._metrics_found.set()
             found.set()  # EOF: the server exited
+            self._metrics_found.set()
 
         threading.Thread(target=read, daemon=True).start()
         found.wait(START_LIMIT_S)
@@ -66,6 +74,12 @@ class Server:
             self.process.kill()
             self.process.wait()
             raise RuntimeError(f"{binary} did not start; stderr:\n{self.log()}")
+
+    @property
+    def metrics_port(self):
+        """The /metrics port, printed just after the gRPC one."""
+        self._metrics_found.wait(START_LIMIT_S)
+        return self._metrics_port
 
     @property
     def target(self):

@@ -1,5 +1,6 @@
 """Client: one channel to a coalesce-server and a method per RPC."""
 
+import json
 import pathlib
 from dataclasses import dataclass
 from typing import List
@@ -199,6 +200,10 @@ class Client:
     token: a bearer token (--auth_tokens), sent as "authorization: Bearer".
     client_id: the x-coalesce-client identity tensors are charged to.
     timeout: seconds per call unless a call passes its own.
+    load_balancing: "round_robin" spreads calls over every address the
+    target names ("ipv4:HOST:PORT,HOST:PORT", "dns:///NAME:PORT"); None or
+    "pick_first" (gRPC's default) keeps one. Handles live on the server that
+    made them, so spread calls suit inline and shared-memory data.
 
     Op methods return NumPy arrays (or a TensorHandle / ShmTensor where
     output= asked for one); with report=True they return (result,
@@ -209,7 +214,7 @@ class Client:
                  certificate_chain=None, private_key=None, server_name=None,
                  tls=None, token=None, client_id=None, timeout=60.0,
                  max_message_bytes=2**31 - 1, chunk_bytes=1 << 20,
-                 channel_options=()):
+                 load_balancing=None, channel_options=()):
         if (certificate_chain is None) != (private_key is None):
             raise ValueError("certificate_chain and private_key: give both "
                              "or neither")
@@ -222,8 +227,14 @@ class Client:
             raise ValueError("TLS options given with tls=False")
         if chunk_bytes < 1:
             raise ValueError("chunk_bytes must be >= 1")
+        if load_balancing not in (None, "round_robin", "pick_first"):
+            raise ValueError("load_balancing must be round_robin or "
+                             f"pick_first, got {load_balancing!r}")
         options = [("grpc.max_send_message_length", max_message_bytes),
                    ("grpc.max_receive_message_length", max_message_bytes)]
+        if load_balancing:
+            options.append(("grpc.service_config", json.dumps(
+                {"loadBalancingConfig": [{load_balancing: {}}]})))
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))
         options.extend(channel_options)
