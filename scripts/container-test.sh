@@ -13,7 +13,10 @@
 #
 #   CONTAINER_BUILD=prebuilt (default): package the binaries of BUILD_DIR
 #     (default build, built by scripts/build.sh on this Debian 12 host) with
-#     the Dockerfile's BINARIES=prebuilt path. Measured on CI's machine
+#     the Dockerfile's BINARIES=prebuilt path. Where BUILD_DIR holds the
+#     CUDA backend (nvcc was found), the server and CLI are first built
+#     without it into BUILD_DIR-cpu-image, as the Dockerfile's CPU build
+#     does: the CPU image has no cuBLASLt or CUPTI to load. Measured on CI's machine
 #     kind (2 cores): 128 s with a new base image (74 s of it debootstrap),
 #     66 s with a kept one; installing docker.io and debootstrap first, when
 #     missing, adds what apt takes.
@@ -95,6 +98,16 @@ args=(--network host
       --build-arg BUILD_IMAGE="$base" --build-arg RUNTIME_IMAGE="$base"
       --build-arg GIT_SHA="$(git rev-parse HEAD 2>/dev/null || echo unknown)")
 if [ "$mode" = prebuilt ]; then
+  if grep -q '^COALESCE_BUILT_WITH_CUDA:INTERNAL=ON' "$build/CMakeCache.txt" \
+       2>/dev/null; then
+    log "$build has the CUDA backend: building the CPU-only server in $build-cpu-image"
+    t=$SECONDS
+    COALESCE_CUDA=OFF BUILD_DIR="$build-cpu-image" \
+      TARGETS="coalesce-server coalesce-cli" scripts/build.sh >"$workdir/cpu-build.log" 2>&1 ||
+      { tail -40 "$workdir/cpu-build.log"; exit 1; }
+    build=$build-cpu-image
+    log "CPU-only build: $((SECONDS - t)) s"
+  fi
   for bin in server/coalesce-server client/coalesce; do
     [ -x "$build/$bin" ] || { log "no $build/$bin: run scripts/build.sh"; exit 1; }
   done
