@@ -1,6 +1,7 @@
 // coalesce-bench service: the end-to-end service benchmark.
 //
-//   coalesce-bench service --server=HOST:PORT [--op=transpose,gelu-ln,echo]
+//   coalesce-bench service --server=HOST:PORT
+//       [--op=transpose,gelu-ln,gemm,convert-layout,echo] [--all_operands]
 //       [--transport=inline,handle,pipeline,shm] [--bytes=65536,67108864]
 //       [--concurrency=16,2] [--shape=R,C] [--duration_s=5 | --count=N]
 //       [--warmup_s=0.5] [--metrics=HOST:PORT] [--json=FILE]
@@ -81,8 +82,14 @@ ABSL_FLAG(std::string, shm_server, "",
           "--unix_socket as unix:PATH (shared memory is registered only "
           "there); empty: --server");
 ABSL_FLAG(std::string, op, "transpose",
-          "service mode: comma-separated ops (transpose, gelu-ln, echo); Echo "
-          "always runs first as the floor");
+          "service mode: comma-separated ops (transpose, gelu-ln, gemm, "
+          "convert-layout, echo); Echo always runs first as the floor. gemm: "
+          "A [R, C] (the --shape) times B [C, R]; convert-layout: NCHW (a "
+          "rank-4 --shape) to NHWC; both inline only");
+ABSL_FLAG(bool, all_operands, false,
+          "service mode: gelu-ln also sends bias, residual, gamma and beta, "
+          "gemm also sends C (beta 0), as a KServe v2 client sends every "
+          "input a model lists; inline only");
 ABSL_FLAG(std::string, transport, "inline",
           "service mode: comma-separated transports (inline, handle, "
           "pipeline, shm)");
@@ -207,7 +214,8 @@ std::string SizeLabel(int64_t bytes) {
 }
 
 // The op's input shape for a float32 tensor of bytes: --shape, else
-// near-square [R, C] (transpose) or [rows, 1024] (gelu-ln).
+// near-square [R, C] (transpose, gemm), [rows, 1024] (gelu-ln) or
+// [N, 16, 32, 32] (convert-layout).
 absl::StatusOr<std::vector<int64_t>> ShapeFor(const std::string& op,
                                               int64_t bytes) {
   const std::string flag = absl::GetFlag(FLAGS_shape);
@@ -234,6 +242,15 @@ absl::StatusOr<std::vector<int64_t>> ShapeFor(const std::string& op,
         absl::StrCat("--bytes: ", bytes, " is not a float32 tensor size"));
   }
   const int64_t n = bytes / 4;
+  if (op == "convert-layout") {
+    // [N, 16, 32, 32] NCHW.
+    if (n % (16 * 32 * 32) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--bytes: ", bytes,
+          " is not a whole number of [16, 32, 32] images; give --shape"));
+    }
+    return std::vector<int64_t>{n / (16 * 32 * 32), 16, 32, 32};
+  }
   if (op == "gelu-ln") {
     int64_t hidden = 1024;
     while (n % hidden != 0) hidden /= 2;
@@ -311,6 +328,42 @@ void PlaceOutput(const std::string& transport, const std::string& region,
   spec->mutable_shared_memory()->set_region(region);
   spec->mutable_shared_memory()->set_offset(offset);
   spec->mutable_shared_memory()->set_byte_size(bytes);
+}
+
+// What every op's request closure shares: the worker's client, where the
+// last output handle goes, the pipeline check, and whether each request
+// makes a new output (the probe deletes its own).
+struct RequestChecks {
+  Client* client;
+  std::shared_ptr<std::string> last_handle;
+  std::function<absl::Status(const v1::Tensor&)> check;
+  bool new_outputs;
+};
+
+// Sets worker's request (call with request) and probe (the same with
+// options.report) for an op whose response carries its output at output.
+template <typename Request, typename Response>
+void SetRequests(const RequestChecks& k, std::shared_ptr<Request> request,
+                 absl::StatusOr<Response> (Client::*call)(const Request&),
+                 const v1::Tensor& (Response::*output)() const,
+                 Worker* worker) {
+  auto probe = std::make_shared<Request>(*request);
+  probe->mutable_options()->set_report(true);
+  worker->request = [k, request, call, output]() -> absl::Status {
+    absl::StatusOr<Response> r = (k.client->*call)(*request);
+    if (!r.ok()) return r.status();
+    *k.last_handle = ((*r).*output)().handle();
+    return k.check(((*r).*output)());
+  };
+  worker->probe = [k, probe, call,
+                   output]() -> absl::StatusOr<v1::KernelReport> {
+    absl::StatusOr<Response> r = (k.client->*call)(*probe);
+    if (!r.ok()) return r.status();
+    if (k.new_outputs) {
+      k.client->DeleteTensor(((*r).*output)().handle()).IgnoreError();
+    }
+    return r->report();
+  };
 }
 
 // Makes worker w of phase p: its connection, its input placed per the
@@ -405,57 +458,83 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
   const bool new_outputs = p.transport == "handle";
   // Pipeline: a server that made a new output instead of writing into
   // output_handle would fill the caller's quota; an error says so at once.
-  auto check = [output_handle](const v1::Tensor& output) {
-    if (output_handle.empty() || output.handle() == output_handle) {
-      return absl::OkStatus();
-    }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the server wrote the output to ", output.handle(), ", not into ",
-        output_handle, " (OutputSpec.handle unsupported?)"));
+  std::function<absl::Status(const v1::Tensor&)> check =
+      [output_handle](const v1::Tensor& output) {
+        if (output_handle.empty() || output.handle() == output_handle) {
+          return absl::OkStatus();
+        }
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the server wrote the output to ", output.handle(), ", not into ",
+            output_handle, " (OutputSpec.handle unsupported?)"));
+      };
+  // The extra operands a KServe v2 client sends (every input the model
+  // lists), from --all_operands: inline only.
+  const bool all_operands = absl::GetFlag(FLAGS_all_operands);
+  if ((all_operands || p.op == "gemm" || p.op == "convert-layout") &&
+      p.transport != "inline") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--op=", p.op, all_operands ? " with --all_operands" : "",
+        " runs over the inline transport only, not ", p.transport));
+  }
+  auto operand = [&](std::vector<int64_t> dims, uint64_t seed) {
+    v1::Tensor t;
+    t.set_dtype(v1::DATA_TYPE_FLOAT32);
+    t.mutable_shape()->Add(dims.begin(), dims.end());
+    int64_t bytes = 4;
+    for (int64_t d : dims) bytes *= d;
+    t.set_raw(RandomBytes(bytes, seed));
+    return t;
   };
+  const RequestChecks checks{c, last_handle, check, new_outputs};
   if (p.op == "transpose") {
     auto request = std::make_shared<v1::TransposeRequest>();
     *request->mutable_input() = std::move(input);
     PlaceOutput(p.transport, region, output_offset, p.tensor_bytes,
                 output_handle, request->mutable_options());
-    worker.request = [c, request, last_handle, check]() -> absl::Status {
-      absl::StatusOr<v1::TransposeResponse> r = c->Transpose(*request);
-      if (!r.ok()) return r.status();
-      *last_handle = r->output().handle();
-      return check(r->output());
-    };
-    auto probe = std::make_shared<v1::TransposeRequest>(*request);
-    probe->mutable_options()->set_report(true);
-    worker.probe = [c, probe,
-                    new_outputs]() -> absl::StatusOr<v1::KernelReport> {
-      absl::StatusOr<v1::TransposeResponse> r = c->Transpose(*probe);
-      if (!r.ok()) return r.status();
-      if (new_outputs) c->DeleteTensor(r->output().handle()).IgnoreError();
-      return r->report();
-    };
+    SetRequests(checks, std::move(request), &Client::Transpose,
+                &v1::TransposeResponse::output, &worker);
   } else if (p.op == "gelu-ln") {
     auto request = std::make_shared<v1::GeluLayerNormRequest>();
+    const int64_t hidden = shape->back();
+    if (all_operands) {
+      *request->mutable_bias() = operand({hidden}, 3000 + w);
+      *request->mutable_residual() = operand(*shape, 4000 + w);
+      *request->mutable_gamma() = operand({hidden}, 5000 + w);
+      *request->mutable_beta() = operand({hidden}, 6000 + w);
+    }
     *request->mutable_x() = std::move(input);
     PlaceOutput(p.transport, region, output_offset, p.tensor_bytes,
                 output_handle, request->mutable_options());
-    worker.request = [c, request, last_handle, check]() -> absl::Status {
-      absl::StatusOr<v1::GeluLayerNormResponse> r = c->GeluLayerNorm(*request);
-      if (!r.ok()) return r.status();
-      *last_handle = r->y().handle();
-      return check(r->y());
-    };
-    auto probe = std::make_shared<v1::GeluLayerNormRequest>(*request);
-    probe->mutable_options()->set_report(true);
-    worker.probe = [c, probe,
-                    new_outputs]() -> absl::StatusOr<v1::KernelReport> {
-      absl::StatusOr<v1::GeluLayerNormResponse> r = c->GeluLayerNorm(*probe);
-      if (!r.ok()) return r.status();
-      if (new_outputs) c->DeleteTensor(r->y().handle()).IgnoreError();
-      return r->report();
-    };
+    SetRequests(checks, std::move(request), &Client::GeluLayerNorm,
+                &v1::GeluLayerNormResponse::y, &worker);
+  } else if (p.op == "gemm") {
+    // A [R, C] times B [C, R] (C [R, R] with --all_operands, beta 0).
+    if (shape->size() != 2) {
+      return absl::InvalidArgumentError("--op=gemm needs a rank-2 --shape");
+    }
+    auto request = std::make_shared<v1::GemmRequest>();
+    const int64_t rows = (*shape)[0], cols = (*shape)[1];
+    *request->mutable_b() = operand({cols, rows}, 3000 + w);
+    if (all_operands) *request->mutable_c() = operand({rows, rows}, 4000 + w);
+    *request->mutable_a() = std::move(input);
+    SetRequests(checks, std::move(request), &Client::Gemm, &v1::GemmResponse::d,
+                &worker);
+  } else if (p.op == "convert-layout") {
+    // NCHW to NHWC.
+    if (shape->size() != 4) {
+      return absl::InvalidArgumentError(
+          "--op=convert-layout needs a rank-4 (NCHW) --shape");
+    }
+    auto request = std::make_shared<v1::ConvertLayoutRequest>();
+    request->mutable_layouts()->set_from(v1::LAYOUT_NCHW);
+    request->mutable_layouts()->set_to(v1::LAYOUT_NHWC);
+    *request->mutable_input() = std::move(input);
+    SetRequests(checks, std::move(request), &Client::ConvertLayout,
+                &v1::ConvertLayoutResponse::output, &worker);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--op: unknown '", p.op, "' (transpose, gelu-ln or echo)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--op: unknown '", p.op,
+                     "' (transpose, gelu-ln, gemm, convert-layout or echo)"));
   }
   if (p.transport == "handle") {
     worker.deleter = std::make_unique<Deleter>(c);

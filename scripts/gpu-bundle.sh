@@ -43,6 +43,45 @@ case "$cupti" in
       cp -L "$cuda_lib/$lib" gpu-bundle/lib/
     done ;;
 esac
+# The kserve step's perf_analyzer, from tritonclient 2.41's wheel (the last
+# that carries it), with what it links that the GPU machine lacks: Debian's
+# libb64 and the CUDA 12 runtime (the nvidia-cuda-runtime-cu12 wheel); in
+# gpu-bundle/perf_analyzer/, apart from the server's libraries.
+if [ "${BUNDLE_PERF_ANALYZER:-1}" = 1 ]; then
+  dpkg-query -W -f='${Status}' libb64-0d 2>/dev/null | grep -q "ok installed" ||
+    apt-get install -y -qq --no-install-recommends libb64-0d >/dev/null
+  wheels=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$wheels" \
+    tritonclient==2.41.0 nvidia-cuda-runtime-cu12
+  mkdir -p gpu-bundle/perf_analyzer/lib
+  python3 - "$wheels" gpu-bundle/perf_analyzer <<'PY'
+import glob, os, shutil, sys, zipfile
+wheels, dest = sys.argv[1:]
+for whl in glob.glob(os.path.join(wheels, "*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            base = os.path.basename(name)
+            if name.endswith("/bin/perf_analyzer"):
+                target = os.path.join(dest, "perf_analyzer")
+            elif base.startswith("libcudart.so."):
+                target = os.path.join(dest, "lib", base)
+            else:
+                continue
+            with z.open(name) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.chmod(target, 0o755)
+PY
+  cp -L /usr/lib/x86_64-linux-gnu/libb64.so.0d gpu-bundle/perf_analyzer/lib/
+  rm -rf "$wheels"
+fi
+# Nsight Systems' importer (QdstrmImporter, shipped with Nsight Compute)
+# needs elfutils' libdw, which the GPU machine lacks; a folder of its own,
+# on the path of that one command only.
+mkdir -p gpu-bundle/importer-lib
+for lib in libdw.so.1 libelf.so.1; do
+  cp -L "/usr/lib/x86_64-linux-gnu/$lib" gpu-bundle/importer-lib/ 2>/dev/null ||
+    echo "gpu-bundle: no $lib here (apt-get install libdw1)" >&2
+done
 tar -cJf gpu-bundle.tar.xz gpu-bundle
 rm -rf gpu-bundle
 ls -l gpu-bundle.tar.xz

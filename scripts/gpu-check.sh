@@ -66,6 +66,14 @@
 #             nsys' kernel sum and union over the same length
 #             (bench/request_profile.py busy; skipped without nsys) and
 #             nvidia-smi's utilization sampled every 100 ms; busy-*.txt
+#   kserve    the KServe v2 path against the native one, one server: each
+#             model (identity, transpose, convert_layout, gelu_layer_norm,
+#             gemm) at 64 KiB and 16 MiB per input, concurrency 1 and 64
+#             (KSERVE_CONCURRENCY), perf_analyzer over gRPC (the bundle's,
+#             from tritonclient 2.41) beside coalesce-bench service on
+#             coalesce.v1 with the same inputs (identity: Echo), inline,
+#             KSERVE_DURATION seconds per window (default 3);
+#             bench/kserve_compare.py tables them: kserve.md
 #   tune      the selection quality sweep: a server on this GPU, `coalesce tune`
 #             over TUNE_SHAPES (default 200) random shapes per op: heuristic
 #             only (training shapes, seed 7, whose table is shipped); cold,
@@ -288,7 +296,9 @@ nsys_report() {
   local importer
   importer=$(find /opt/nvidia /usr/local -name QdstrmImporter -type f 2>/dev/null |
     head -n 1)
-  [ -n "$importer" ] && "$importer" -i "$1.qdstrm" >"$1.import.log" 2>&1
+  [ -n "$importer" ] &&
+    LD_LIBRARY_PATH=$PWD/gpu-bundle/importer-lib:$LD_LIBRARY_PATH \
+      "$importer" -i "$1.qdstrm" >"$1.import.log" 2>&1
   rm -f "$1.qdstrm"
 }
 # A server (server_bin, default the bundle's) under "$@" (a wrapper, or
@@ -459,6 +469,56 @@ t16m handle 16777216 64
 t64k pipeline 65536 64
 ln16 pipeline 65536 256 16,1024 gelu-ln
 EOF
+fi
+if has kserve; then
+  echo "== KServe v2 (perf_analyzer) against coalesce.v1 (coalesce-bench)"
+  pa=gpu-bundle/perf_analyzer/perf_analyzer
+  if [ ! -x "$pa" ]; then
+    echo "kserve: no perf_analyzer in the bundle (BUNDLE_PERF_ANALYZER=1)"
+    status=1
+  else
+    server_flags=() server_suffix=-kserve
+    serve_profiled
+    duration=${KSERVE_DURATION:-3}
+    # model native-op bytes shape perf_analyzer-flags (| for spaces)
+    while read -r model op bytes shape pa_flags; do
+      [ -n "$model" ] || continue
+      for conc in ${KSERVE_CONCURRENCY:-1 64}; do
+        name=kserve-$model-$bytes-$conc
+        extra=()
+        [ "$op" = echo ] || extra=(--shape="$shape" --all_operands)
+        "$bin/coalesce-bench" service --server="127.0.0.1:$port" --op="$op" \
+          --transport=inline --bytes="$bytes" --concurrency="$conc" \
+          --duration_s="$duration" --warmup_s=0.5 "${extra[@]}" \
+          --json="$out/$name-native.json" >/dev/null 2>>"$out/kserve.log" ||
+          status=1
+        # shellcheck disable=SC2046  # the flags are words
+        LD_LIBRARY_PATH=$PWD/gpu-bundle/perf_analyzer/lib:$LD_LIBRARY_PATH \
+          "$pa" -m "$model" -i grpc -u "127.0.0.1:$port" \
+          $(tr '|' ' ' <<<"$pa_flags") --concurrency-range "$conc" \
+          --measurement-interval "$((duration * 1000))" \
+          --stability-percentage 999 -f "$out/$name-v2.csv" \
+          >"$out/$name-v2.txt" 2>&1 || { status=1; tail -5 "$out/$name-v2.txt"; }
+        echo "-- $model $bytes B x$conc done"
+      done
+    done <<EOF
+identity echo 65536 128,128 --shape|INPUT0:128,128
+identity echo 16777216 2048,2048 --shape|INPUT0:2048,2048
+transpose transpose 65536 128,128 --shape|INPUT0:128,128
+transpose transpose 16777216 2048,2048 --shape|INPUT0:2048,2048
+convert_layout convert-layout 65536 1,16,32,32 --shape|INPUT0:1,16,32,32|--request-parameter|layout_from:NCHW:string|--request-parameter|layout_to:NHWC:string
+convert_layout convert-layout 16777216 16,64,64,64 --shape|INPUT0:16,64,64,64|--request-parameter|layout_from:NCHW:string|--request-parameter|layout_to:NHWC:string
+gelu_layer_norm gelu-ln 65536 16,1024 --shape|x:16,1024|--shape|bias:1024|--shape|residual:16,1024|--shape|gamma:1024|--shape|beta:1024
+gelu_layer_norm gelu-ln 16777216 4096,1024 --shape|x:4096,1024|--shape|bias:1024|--shape|residual:4096,1024|--shape|gamma:1024|--shape|beta:1024
+gemm gemm 65536 128,128 --shape|a:128,128|--shape|b:128,128|--shape|c:128,128
+gemm gemm 16777216 2048,2048 --shape|a:2048,2048|--shape|b:2048,2048|--shape|c:2048,2048
+EOF
+    kill "$server_pid"
+    wait "$server_pid" 2>/dev/null
+    server_flags=() server_suffix=
+    python3 bench/kserve_compare.py "$out" | tee "$out/kserve.md"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  fi
 fi
 if has ab; then
   echo "== builds side by side"

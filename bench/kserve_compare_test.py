@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Tests of kserve_compare.py on files written here: the op row (Echo's for
+identity) against perf_analyzer's last CSV row, the ratio, the cases below
+the target, and exit 1 when a case lacks its perf_analyzer file."""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kserve_compare  # noqa: E402
+
+CSV_HEAD = "Concurrency,Inferences/Second,Client Send,p50 latency,p90 latency\n"
+
+
+def write_case(d, model, size, conc, native_rps, v2_rps, v2=True):
+    base = os.path.join(d, f"kserve-{model}-{size}-{conc}")
+    rows = [{"op": "echo", "requests_per_second": 9000.0, "p50_ms": 0.1,
+             "errors": 0},
+            {"op": "transpose", "requests_per_second": native_rps,
+             "p50_ms": 0.2, "errors": 0}]
+    with open(base + "-native.json", "w") as f:
+        json.dump({"results": rows}, f)
+    if v2:
+        with open(base + "-v2.csv", "w") as f:
+            f.write(CSV_HEAD + f"{conc},{v2_rps},10,250,300\n")
+
+
+def run(d):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = kserve_compare.main(d)
+    return code, buf.getvalue()
+
+
+class KserveCompareTest(unittest.TestCase):
+    def test_ratios_and_targets(self):
+        with tempfile.TemporaryDirectory() as d:
+            write_case(d, "transpose", 65536, 1, 4000.0, 3900.0)
+            write_case(d, "transpose", 16777216, 64, 1000.0, 800.0)
+            # identity is compared with the Echo row (9000).
+            write_case(d, "identity", 65536, 1, 4000.0, 9450.0)
+            code, text = run(d)
+        self.assertEqual(code, 0)
+        lines = [l for l in text.splitlines() if l.startswith("| ")]
+        self.assertIn("| identity | 64 KiB | 1 | 9000 (100) | 9450 (250) | "
+                      "1.050x |", lines)
+        self.assertIn("| transpose | 64 KiB | 1 | 4000 (200) | 3900 (250) | "
+                      "0.975x |", lines)
+        self.assertIn("0.800x", text)
+        self.assertIn("below 0.95x: transpose 16 MiB x64", text)
+        # identity first, then transpose by size.
+        self.assertLess(text.index("| identity"), text.index("| transpose"))
+
+    def test_missing_perf_analyzer_file_fails(self):
+        with tempfile.TemporaryDirectory() as d:
+            write_case(d, "gemm", 65536, 64, 4000.0, 0, v2=False)
+            code, text = run(d)
+        self.assertEqual(code, 1)
+        self.assertIn("| gemm | 64 KiB | 64 | 4000 (200) | - | - |", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
