@@ -58,7 +58,9 @@
 #             coalesce-bench service at concurrency 1, then the server's
 #             mean stage times (bench/request_profile.py stages); with
 #             Nsight Systems present, the 64 KiB inline case again under
-#             nsys (CUDA API and OS runtime summaries, latency-nsys-*)
+#             nsys (CUDA API and OS runtime summaries, latency-nsys-*;
+#             LATENCY_SKIP_NSYS=1 leaves it out); LATENCY_FLAG_SETS: server
+#             flag sets separated by ';', a round each (files lat-*-FLAGS)
 #   busy      coalesce_device_busy_ratio against Nsight Systems: a server
 #             under nsys, 16 MiB transposes on handles at concurrency 64
 #             64 KiB ones pipelined at 64 and GELU-LN [16,1024] pipelined
@@ -394,9 +396,18 @@ if has latency || has busy; then
 fi
 if has latency; then
   echo "== latency (concurrency 1, a fresh server per case)"
+  # LATENCY_FLAG_SETS: server flag sets separated by ';', each a round of
+  # its own (files lat-*-FLAGS); default one round with none.
+  IFS=';' read -r -a flag_sets <<<"${LATENCY_FLAG_SETS:-}"
+  [ ${#flag_sets[@]} -gt 0 ] || flag_sets=("")
+  for flags in "${flag_sets[@]}"; do
+  # shellcheck disable=SC2206  # the flags are words
+  server_flags=($flags)
+  sfx=${flags:+-$(tr -c 'A-Za-z0-9=_\n' '-' <<<"${flags// /}" | tr -d '\n')}
+  [ -z "$flags" ] || echo "-- server flags: $flags"
   for bytes in 1024 65536; do
     for tr in inline handle pipeline; do
-      name=lat-$tr-$bytes
+      name=lat-$tr-$bytes$sfx
       serve_profiled
       "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
         --metrics="127.0.0.1:$mport" --op=transpose --transport="$tr" \
@@ -408,7 +419,9 @@ if has latency; then
       stop_profiled
     done
   done
-  if [ -n "$nsys_bin" ]; then
+  done
+  server_flags=()
+  if [ -n "$nsys_bin" ] && [ -z "${LATENCY_SKIP_NSYS:-}" ]; then
     serve_profiled "$nsys_bin" profile -t cuda,osrt --sample=none \
       --cpuctxsw=none -o "$out/latency-nsys" --force-overwrite true
     "$bin/coalesce-bench" service --server="127.0.0.1:$port" \

@@ -790,3 +790,41 @@ TEST(SchedulerBatchTest, AKeyWithoutRunBatchIsRefused) {
 
 }  // namespace
 }  // namespace coalesce
+
+namespace coalesce {
+namespace {
+
+// With an idle worker polling, every job still runs exactly once, from
+// many submitting threads and between idle gaps longer than the poll, and
+// Drain returns.
+TEST(SchedulerIdleSpin, RunsEveryJobOnceAndDrains) {
+  SchedulerOptions options;
+  options.max_in_flight = 3;
+  options.idle_spin = absl::Microseconds(500);
+  Scheduler scheduler("spin", options);
+  constexpr int kThreads = 4, kJobs = 200;
+  std::vector<std::atomic<int>> runs(kThreads * kJobs);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < kJobs; ++i) {
+        std::atomic<int>* slot = &runs[t * kJobs + i];
+        ASSERT_TRUE(scheduler
+                        .Submit(RunOnly(absl::StrCat("c", t), 1,
+                                        [slot](double) { slot->fetch_add(1); }))
+                        .ok());
+        // Now and then idle past the poll, so that workers sleep and wake.
+        if (rng() % 50 == 0) absl::SleepFor(absl::Milliseconds(1));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  scheduler.Drain(absl::Now() + absl::Seconds(30));
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(runs[i].load(), 1) << "job " << i;
+  }
+}
+
+}  // namespace
+}  // namespace coalesce
