@@ -9,6 +9,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libopenblas-dev libcivetweb-dev libspdlog-dev
+  nlohmann-json3-dev  # the HTTP/REST front end's JSON
+  libcurl4-openssl-dev  # its tests' HTTP client
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-venv  # python3-venv: the Python client test
   libb64-0d  # perf_analyzer (the KServe interop test)

@@ -32,6 +32,10 @@ struct ServerConfig {
   // port (RunningServer says which). Empty serves no HTTP: the tests read
   // RunningServer::registry directly. main defaults it to 0.0.0.0:9464.
   std::string metrics_listen;
+  // host:port to serve the KServe v2 protocol over HTTP/REST on (IPv4;
+  // server/frontend/http/rest_server.h); port 0 binds a free port. Empty:
+  // off.
+  std::string http_listen;
   // Largest tensor, input or output, a request may carry or produce. Inline
   // tensors are protobuf `bytes`, which cannot exceed 2 GiB - 1 anyway.
   int64_t max_tensor_bytes = int64_t{1} << 30;

@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "HOST:PORT (IPv4) to serve Prometheus /metrics on; port 0 picks a "
           "free port (printed on stdout)");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT (IPv4) to serve the KServe v2 protocol over HTTP/REST "
+          "on; port 0 picks a free port (printed on stdout); empty: off");
 ABSL_FLAG(std::string, profile_sampling, "off",
           "off | sampled: sample device counters (achieved occupancy, DRAM "
           "throughput) of kernel launches with CUPTI; where that is "
@@ -406,6 +409,7 @@ int Main(int argc, char** argv) {
       "Serves coalesce.v1.TensorOps (memory-access-optimized tensor ops) over "
       "gRPC.\n\n"
       "  coalesce-server [--listen=HOST:PORT] [--metrics_listen=HOST:PORT]\n"
+      "                  [--http_listen=HOST:PORT]\n"
       "                  [--device=auto|cpu|cuda] [--max_tensor_bytes=N]\n"
       "                  [--max_message_bytes=N] [--threads=N]\n"
       "                  [--profile_sampling=off|sampled]\n"
@@ -426,7 +430,9 @@ int Main(int argc, char** argv) {
       "                  [--batch_max_bytes=N] [--batch_max_delay_us=US]\n"
       "                  [--idle_spin_us=US]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
-      "then 'coalesce-server metrics on HOST:PORT' on stdout once serving;\n"
+      "then 'coalesce-server metrics on HOST:PORT' on stdout once serving,\n"
+      "and with --http_listen a third line 'coalesce-server http on\n"
+      "HOST:PORT'; "
       "logs go to stderr. SIGINT or SIGTERM: NOT_SERVING at once, in-flight\n"
       "calls get --shutdown_grace_s, and the process exits within that plus\n"
       "1 s. Exit status 2\n"
@@ -490,6 +496,7 @@ int Main(int argc, char** argv) {
   ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
   config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  config.http_listen = absl::GetFlag(FLAGS_http_listen);
   config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.tensor_quota_bytes = absl::GetFlag(FLAGS_tensor_quota_bytes);
@@ -559,6 +566,11 @@ int Main(int argc, char** argv) {
             << " (backend " << backend_name << ")\n"
             << "coalesce-server metrics on " << metrics_host << ":"
             << (*server)->metrics_port << std::endl;
+  if (!config.http_listen.empty()) {
+    std::cout << "coalesce-server http on "
+              << config.http_listen.substr(0, config.http_listen.rfind(':'))
+              << ":" << (*server)->http_port << std::endl;
+  }
   if (!config.unix_socket.empty()) {
     spdlog::info("also serving on unix:{}", config.unix_socket);
   }

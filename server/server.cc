@@ -294,6 +294,19 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
         LocalSocketListener::Start(config.unix_socket, running->server.get(),
                                    running->peer_credentials.get()));
   }
+  if (!config.http_listen.empty()) {
+    // The same message bound as gRPC's, on the body and on the in-process
+    // calls it becomes.
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(config.max_message_bytes);
+    args.SetMaxSendMessageSize(config.max_message_bytes);
+    COALESCE_ASSIGN_OR_RETURN(
+        running->http,
+        RestServer::Start(config.http_listen,
+                          running->server->InProcessChannel(args),
+                          config.max_message_bytes));
+    running->http_port = running->http->port();
+  }
   return running;
 }
 

@@ -23,6 +23,7 @@
 #include "server/auth/authenticator.h"
 #include "server/auth/local_socket.h"
 #include "server/config.h"
+#include "server/frontend/http/rest_server.h"
 #include "server/frontend/kserve/service.h"
 #include "server/frontend/native/service.h"
 #include "server/metrics/http_server.h"
@@ -67,11 +68,16 @@ struct RunningServer {
   std::unique_ptr<grpc::Server> server;
   // Accepts local-socket connections into server; stopped first.
   std::unique_ptr<LocalSocketListener> local_socket;
+  // The KServe v2 protocol over HTTP/REST, calling into server through its
+  // in-process channel; null without config.http_listen. Stopped first.
+  std::unique_ptr<RestServer> http;
   // The TCP port actually bound (config.listen may ask for port 0); 0 when
   // config.listen is empty.
   int port = 0;
   // The same for config.metrics_listen.
   int metrics_port = 0;
+  // The same for config.http_listen.
+  int http_port = 0;
 };
 
 // The ops whose requests a server on a backend of this kind batches when
