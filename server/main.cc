@@ -289,6 +289,11 @@ bool CheckFlagValues(std::string* error) {
       return false;
     }
   }
+  if (const std::string http = absl::GetFlag(FLAGS_http_listen);
+      !http.empty() && !ValidHostPort(http)) {
+    *error = absl::StrCat("--http_listen must be HOST:PORT, not '", http, "'");
+    return false;
+  }
   ProfileSampling sampling;
   if (!ParseProfileSampling(absl::GetFlag(FLAGS_profile_sampling), &sampling)) {
     *error = absl::StrCat("--profile_sampling must be off or sampled, not '",

@@ -51,6 +51,9 @@ class Server:
                 preexec_fn=_die_with_parent)
         self.port = None
         self._metrics_port = None
+        self.http_port = None
+        # With --http_listen, its line comes last: wait for it too.
+        wants_http = any(f.startswith("--http_listen=") for f in flags)
         found = threading.Event()
         self._metrics_found = threading.Event()
 
@@ -60,6 +63,11 @@ class Server:
                 if m:
                     self.port = int(m.group(1))
                     self.backend = m.group(2)
+                m = re.search(r"http on \S*:(\d+)", line)
+                if m:
+                    self.http_port = int(m.group(1))
+                if self.port is not None and (
+                        self.http_port is not None or not wants_http):
                     found.set()
                 m = re.search(r"metrics on \S*:(\d+)", line)
                 if m:
@@ -70,7 +78,7 @@ class Server:
 
         threading.Thread(target=read, daemon=True).start()
         found.wait(START_LIMIT_S)
-        if self.port is None:
+        if self.port is None or (wants_http and self.http_port is None):
             self.process.kill()
             self.process.wait()
             raise RuntimeError(f"{binary} did not start; stderr:\n{self.log()}")
@@ -84,6 +92,10 @@ class Server:
     @property
     def target(self):
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_target(self):
+        return f"127.0.0.1:{self.http_port}"
 
     @property
     def unix_target(self):
@@ -119,7 +131,8 @@ def server_binary(request):
 @pytest.fixture(scope="session")
 def server(server_binary):
     workdir = tempfile.mkdtemp(prefix="coalesce-py-")
-    s = Server(server_binary, workdir, ["--allow_client_shm"])
+    s = Server(server_binary, workdir,
+               ["--allow_client_shm", "--http_listen=127.0.0.1:0"])
     yield s
     alive = s.process.poll() is None
     code = s.stop()

@@ -13,10 +13,10 @@
 
 #include "absl/base/call_once.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -95,8 +95,8 @@ Reply StatusReply(const grpc::Status& status) {
 }
 
 Reply StatusReply(const absl::Status& status) {
-  return StatusReply(grpc::Status(
-      static_cast<grpc::StatusCode>(status.code()), std::string(status.message())));
+  return StatusReply(grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                                  std::string(status.message())));
 }
 
 // Header values become gRPC metadata, which allows only printable ASCII.
@@ -184,7 +184,8 @@ absl::Status AppendInteger(const json& v, std::string* out) {
   if constexpr (std::is_unsigned_v<T>) {
     if (i < 0) return absl::InvalidArgumentError("out of range");
   } else {
-    if (i < std::numeric_limits<T>::min() || i > std::numeric_limits<T>::max()) {
+    if (i < std::numeric_limits<T>::min() ||
+        i > std::numeric_limits<T>::max()) {
       return absl::InvalidArgumentError("out of range");
     }
   }
@@ -229,7 +230,8 @@ absl::Status AppendData(const json& data, absl::string_view datatype,
           absl::StrCat(field, ": nested deeper than ", kMaxDataDepth));
     }
     for (const json& v : data) {
-      if (absl::Status s = AppendData(v, datatype, field, depth + 1, index, out);
+      if (absl::Status s =
+              AppendData(v, datatype, field, depth + 1, index, out);
           !s.ok()) {
         return s;
       }
@@ -324,9 +326,9 @@ absl::Status ParseInfer(const std::string& body, int64_t header_length,
     request->set_id(id->get<std::string>());
   }
   if (const auto params = j.find("parameters"); params != j.end()) {
-    if (absl::Status s = ToParameters(*params, "parameters",
-                                      {"binary_data_output"},
-                                      request->mutable_parameters());
+    if (absl::Status s =
+            ToParameters(*params, "parameters", {"binary_data_output"},
+                         request->mutable_parameters());
         !s.ok()) {
       return s;
     }
@@ -369,8 +371,8 @@ absl::Status ParseInfer(const std::string& body, int64_t header_length,
           (dim.is_number_unsigned() &&
            dim.get<uint64_t>() >
                static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, ".shape[", d, "]: not a non-negative integer"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".shape[", d, "]: not a non-negative integer"));
       }
       tensor->add_shape(dim.get<int64_t>());
     }
@@ -385,9 +387,10 @@ absl::Status ParseInfer(const std::string& body, int64_t header_length,
       if (const auto size = params->find("binary_data_size");
           size != params->end()) {
         if (!size->is_number_unsigned()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              field, ".parameters.binary_data_size: not a non-negative "
-                     "integer"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(field,
+                           ".parameters.binary_data_size: not a non-negative "
+                           "integer"));
         }
         const uint64_t n = size->get<uint64_t>();
         if (n > binary.size() - binary_offset) {
@@ -450,9 +453,9 @@ absl::Status ParseInfer(const std::string& body, int64_t header_length,
       auto* tensor = request->add_outputs();
       tensor->set_name(name->get<std::string>());
       if (const auto params = out.find("parameters"); params != out.end()) {
-        if (absl::Status s = ToParameters(*params, field + ".parameters",
-                                          {"binary_data"},
-                                          tensor->mutable_parameters());
+        if (absl::Status s =
+                ToParameters(*params, field + ".parameters", {"binary_data"},
+                             tensor->mutable_parameters());
             !s.ok()) {
           return s;
         }
@@ -565,7 +568,8 @@ Reply InferReply(const ModelInferResponse& response,
                                       ? response.raw_output_contents(i)
                                       : absl::string_view();
     if (!in_shared_memory) {
-      if (encoding.Binary(out.name()) || JsonElementBytes(out.datatype()) == 0) {
+      if (encoding.Binary(out.name()) ||
+          JsonElementBytes(out.datatype()) == 0) {
         params["binary_data_size"] = raw.size();
         any_binary = true;
         binary.append(raw.data(), raw.size());
@@ -608,8 +612,7 @@ void Send(mg_connection* conn, const Reply& reply) {
                    // next request.
                    "\r\nConnection: close\r\n");
   if (reply.header_length >= 0) {
-    absl::StrAppend(&headers, kHeaderLength, ": ", reply.header_length,
-                    "\r\n");
+    absl::StrAppend(&headers, kHeaderLength, ": ", reply.header_length, "\r\n");
   }
   headers += "\r\n";
   mg_write(conn, headers.data(), headers.size());
@@ -674,9 +677,8 @@ int RestServer::Handle(mg_connection* conn, void* data) {
   try {
     const mg_request_info* info = mg_get_request_info(conn);
     const absl::string_view method = info->request_method;
-    const std::vector<absl::string_view> path =
-        absl::StrSplit(absl::string_view(info->local_uri).substr(3), '/',
-                       absl::SkipEmpty());
+    const std::vector<absl::string_view> path = absl::StrSplit(
+        absl::string_view(info->local_uri).substr(3), '/', absl::SkipEmpty());
     const bool get = method == "GET" || method == "HEAD";
     grpc::ClientContext context;
     if (absl::Status s = Forward(conn, &context); !s.ok()) {
@@ -738,16 +740,16 @@ int RestServer::Handle(mg_connection* conn, void* data) {
         inference::ModelMetadataResponse response;
         const grpc::Status s =
             self->stub_->ModelMetadata(&context, request, &response);
-        reply = !s.ok() ? StatusReply(s)
-                        : JsonReply(200,
-                                    {{"name", response.name()},
-                                     {"versions", std::vector<std::string>(
-                                                      response.versions().begin(),
-                                                      response.versions().end())},
-                                     {"platform", response.platform()},
-                                     {"inputs", TensorsJson(response.inputs())},
-                                     {"outputs",
-                                      TensorsJson(response.outputs())}});
+        reply = !s.ok()
+                    ? StatusReply(s)
+                    : JsonReply(200,
+                                {{"name", response.name()},
+                                 {"versions", std::vector<std::string>(
+                                                  response.versions().begin(),
+                                                  response.versions().end())},
+                                 {"platform", response.platform()},
+                                 {"inputs", TensorsJson(response.inputs())},
+                                 {"outputs", TensorsJson(response.outputs())}});
       }
     } else if (!model.empty() && rest.size() == 1 && rest[0] == "ready") {
       if (!get) {
@@ -759,7 +761,7 @@ int RestServer::Handle(mg_connection* conn, void* data) {
         inference::ModelReadyResponse response;
         const grpc::Status s =
             self->stub_->ModelReady(&context, request, &response);
-        reply = !s.ok()           ? StatusReply(s)
+        reply = !s.ok()            ? StatusReply(s)
                 : response.ready() ? Reply{200, "application/json", "", -1}
                                    : Reply{400, "application/json", "", -1};
       }

@@ -63,7 +63,8 @@ HttpReply Request(int port, const std::string& path, const std::string* body,
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &reply.header_length);
   curl_easy_setopt(curl, CURLOPT_TIMEOUT, 60L);
   curl_slist* list = nullptr;
-  for (const std::string& h : headers) list = curl_slist_append(list, h.c_str());
+  for (const std::string& h : headers)
+    list = curl_slist_append(list, h.c_str());
   if (list != nullptr) curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
   if (body != nullptr) {
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body->data());
@@ -157,15 +158,13 @@ TEST_F(RestServerTest, HealthAndMetadata) {
 TEST_F(RestServerTest, JsonTransposeMatchesReference) {
   const int64_t rows = 7, cols = 13;
   const std::vector<float> in = RandomFloats(rows * cols, &rng_);
-  const json request = {
-      {"id", "t-1"},
-      {"inputs",
-       {{{"name", "INPUT0"},
-         {"shape", {rows, cols}},
-         {"datatype", "FP32"},
-         {"data", in}}}}};
-  const HttpReply reply =
-      Post("/v2/models/transpose/infer", request.dump());
+  const json request = {{"id", "t-1"},
+                        {"inputs",
+                         {{{"name", "INPUT0"},
+                           {"shape", {rows, cols}},
+                           {"datatype", "FP32"},
+                           {"data", in}}}}};
+  const HttpReply reply = Post("/v2/models/transpose/infer", request.dump());
   ASSERT_EQ(reply.status, 200) << reply.body;
   EXPECT_TRUE(reply.header_length.empty());
   const json j = json::parse(reply.body);
@@ -199,7 +198,8 @@ TEST_F(RestServerTest, JsonGemmMatchesReference) {
         {{"name", "b"},
          {"shape", {k, n}},
          {"datatype", "FP32"},
-         {"data", [&] {
+         {"data",
+          [&] {
             json rows = json::array();
             for (int64_t i = 0; i < k; ++i) {
               rows.push_back(std::vector<float>(b.begin() + i * n,
@@ -213,7 +213,8 @@ TEST_F(RestServerTest, JsonGemmMatchesReference) {
   const json j = json::parse(reply.body);
   ASSERT_EQ(j["outputs"].size(), 1u);
   EXPECT_EQ(j["outputs"][0]["shape"], json::array({m, n}));
-  const std::vector<float> d = j["outputs"][0]["data"].get<std::vector<float>>();
+  const std::vector<float> d =
+      j["outputs"][0]["data"].get<std::vector<float>>();
   ASSERT_EQ(d.size(), static_cast<size_t>(m * n));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t c = 0; c < n; ++c) {
@@ -237,7 +238,8 @@ TEST_F(RestServerTest, BinaryDataRoundTrip) {
          {"shape", {batch, rows, cols}},
          {"datatype", "FP32"},
          {"parameters", {{"binary_data_size", in.size() * sizeof(float)}}}}}},
-      {"outputs", {{{"name", "OUTPUT0"}, {"parameters", {{"binary_data", true}}}}}}};
+      {"outputs",
+       {{{"name", "OUTPUT0"}, {"parameters", {{"binary_data", true}}}}}}};
   const std::string text = header.dump();
   std::string body = text;
   body.append(reinterpret_cast<const char*>(in.data()),
