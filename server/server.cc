@@ -72,21 +72,28 @@ bool IsLoopback(absl::string_view address) {
          host == "localhost" || host == "::1";
 }
 
-// Says loudly what an exposed server lacks; once per start.
+// Says loudly what an exposed server lacks; once per start. The HTTP/REST
+// port has no TLS of its own.
 void WarnIfExposed(const ServerConfig& config, bool authenticated) {
-  if (config.listen.empty() || IsLoopback(config.listen)) return;
-  if (!authenticated) {
-    spdlog::warn(
-        "*** {} is served WITHOUT AUTHENTICATION: any client that reaches "
-        "it can run ops, read and delete every client's tensors, and claim "
-        "any identity. Give --auth_tokens (and --tls_cert/--tls_key) or "
-        "--tls_client_ca, or listen on 127.0.0.1 only. ***",
-        config.listen);
-  } else if (config.tls.cert_path.empty()) {
-    spdlog::warn(
-        "*** {} carries bearer tokens in PLAINTEXT: anyone on the path can "
-        "read and replay them. Give --tls_cert and --tls_key. ***",
-        config.listen);
+  for (const auto& [address, tls] :
+       {std::pair<std::string, bool>{config.listen,
+                                     !config.tls.cert_path.empty()},
+        {config.http_listen, false}}) {
+    if (address.empty() || IsLoopback(address)) continue;
+    if (!authenticated) {
+      spdlog::warn(
+          "*** {} is served WITHOUT AUTHENTICATION: any client that reaches "
+          "it can run ops, read and delete every client's tensors, and "
+          "claim any identity. Give --auth_tokens (and --tls_cert/--tls_key) "
+          "or --tls_client_ca, or listen on 127.0.0.1 only. ***",
+          address);
+    } else if (!tls) {
+      spdlog::warn(
+          "*** {} carries bearer tokens in PLAINTEXT: anyone on the path can "
+          "read and replay them. Give --tls_cert and --tls_key (gRPC), or "
+          "serve HTTP on 127.0.0.1 behind a TLS proxy. ***",
+          address);
+    }
   }
 }
 
