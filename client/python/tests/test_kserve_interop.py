@@ -224,12 +224,14 @@ PERF_CASES = {
 }
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_perf_analyzer_drives_every_model(server, tmp_path, model):
+def check_perf_analyzer(protocol, url, model, tmp_path):
+    """A short perf_analyzer run over protocol ("grpc" or "http"): no
+    errors, and per window the requests it counted agree with the
+    inferences the server's statistics counted."""
     binary, env = perf_analyzer()
     report = tmp_path / "perf.csv"
     run = subprocess.run(
-        [binary, "-m", model, "-i", "grpc", "-u", server.target,
+        [binary, "-m", model, "-i", protocol, "-u", url,
          *PERF_CASES[model], "--concurrency-range", "1:2",
          "--measurement-interval", "300",
          # A shared 2-core machine never looks stable; the figures are not
@@ -238,8 +240,6 @@ def test_perf_analyzer_drives_every_model(server, tmp_path, model):
         capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "error" not in run.stdout.lower(), run.stdout
-    # Per measurement window, the requests the client counted and the
-    # inferences the server's ModelStatistics counted.
     client_counts = [int(n) for n in
                      re.findall(r"Request count: (\d+)", run.stdout)]
     server_counts = [int(n) for n in
@@ -251,3 +251,8 @@ def test_perf_analyzer_drives_every_model(server, tmp_path, model):
         rows = list(csv.DictReader(f))
     assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2]
     assert all(float(r["Inferences/Second"]) > 0 for r in rows)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_perf_analyzer_drives_every_model(server, tmp_path, model):
+    check_perf_analyzer("grpc", server.target, model, tmp_path)

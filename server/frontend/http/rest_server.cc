@@ -17,6 +17,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/reflection.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -34,6 +37,8 @@ constexpr char kHeaderLength[] = "Inference-Header-Content-Length";
 // Deeper "data" nesting than any served tensor's rank is refused, which
 // also bounds the recursion that flattens it.
 constexpr int kMaxDataDepth = 16;
+// Bodies of the calls other than infer (registrations, index queries).
+constexpr int64_t kMaxSmallBody = 64 << 10;
 
 int LogMessage(const mg_connection* /*conn*/, const char* message) {
   spdlog::warn("http: {}", message);
@@ -97,6 +102,13 @@ Reply StatusReply(const grpc::Status& status) {
 Reply StatusReply(const absl::Status& status) {
   return StatusReply(grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                                   std::string(status.message())));
+}
+
+// A body too large (413: refused before it was read) or cut short.
+Reply BodyErrorReply(const absl::Status& status) {
+  return ErrorReply(
+      status.code() == absl::StatusCode::kResourceExhausted ? 413 : 400,
+      status.message());
 }
 
 // Header values become gRPC metadata, which allows only printable ASCII.
@@ -602,6 +614,78 @@ json TensorsJson(const google::protobuf::RepeatedPtrField<
   return out;
 }
 
+// A protocol message as the KServe/Triton REST JSON carries it: proto
+// field names, 64-bit integers as numbers (as Triton writes them, and as
+// perf_analyzer reads them, unlike protobuf's JSON mapping), enums by name,
+// maps as objects. Scalars are always written; messages when set.
+json ProtoJson(const google::protobuf::Message& m);
+
+json FieldValue(const google::protobuf::Message& m,
+                const google::protobuf::FieldDescriptor* f, int index) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  const bool rep = f->is_repeated();
+  switch (f->cpp_type()) {
+    case FD::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f);
+    case FD::CPPTYPE_INT64:
+      return rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f);
+    case FD::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f);
+    case FD::CPPTYPE_UINT64:
+      return rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f);
+    case FD::CPPTYPE_DOUBLE:
+      return rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f);
+    case FD::CPPTYPE_FLOAT:
+      return rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f);
+    case FD::CPPTYPE_BOOL:
+      return rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f);
+    case FD::CPPTYPE_ENUM:
+      return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
+    case FD::CPPTYPE_STRING:
+      return rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+    case FD::CPPTYPE_MESSAGE:
+      return ProtoJson(rep ? r->GetRepeatedMessage(m, f, index)
+                           : r->GetMessage(m, f));
+  }
+  return nullptr;
+}
+
+json ProtoJson(const google::protobuf::Message& m) {
+  json out = json::object();
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->is_map()) {
+      json map = json::object();
+      const google::protobuf::FieldDescriptor* key =
+          f->message_type()->map_key();
+      const google::protobuf::FieldDescriptor* value =
+          f->message_type()->map_value();
+      for (int k = 0; k < r->FieldSize(m, f); ++k) {
+        const google::protobuf::Message& entry = r->GetRepeatedMessage(m, f, k);
+        const json name = FieldValue(entry, key, 0);
+        map[name.is_string() ? name.get<std::string>() : name.dump()] =
+            FieldValue(entry, value, 0);
+      }
+      out[f->name()] = std::move(map);
+    } else if (f->is_repeated()) {
+      json list = json::array();
+      for (int k = 0; k < r->FieldSize(m, f); ++k) {
+        list.push_back(FieldValue(m, f, k));
+      }
+      out[f->name()] = std::move(list);
+    } else if (f->cpp_type() !=
+                   google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE ||
+               r->HasField(m, f)) {
+      if (f->containing_oneof() != nullptr && !r->HasField(m, f)) continue;
+      out[f->name()] = FieldValue(m, f, 0);
+    }
+  }
+  return out;
+}
+
 void Send(mg_connection* conn, const Reply& reply) {
   std::string headers =
       absl::StrCat("HTTP/1.1 ", reply.status, " ",
@@ -620,6 +704,78 @@ void Send(mg_connection* conn, const Reply& reply) {
   if (std::strcmp(info->request_method, "HEAD") != 0) {
     mg_write(conn, reply.body.data(), reply.body.size());
   }
+}
+
+// /v2/systemsharedmemory[/region/R]/{status,register,unregister}, as the
+// gRPC calls of the same names: registration needs the local socket's peer
+// credentials, so over HTTP it is refused with the service's own message.
+Reply SharedMemory(inference::GRPCInferenceService::Stub* stub,
+                   mg_connection* conn, grpc::ClientContext* context,
+                   const std::vector<absl::string_view>& path,
+                   absl::string_view method) {
+  std::string region;
+  absl::string_view action;
+  if (path.size() == 2) {
+    action = path[1];
+  } else if (path.size() == 4 && path[1] == "region") {
+    region = std::string(path[2]);
+    action = path[3];
+  } else {
+    return ErrorReply(404, "no such shared-memory endpoint");
+  }
+  if (action == "status") {
+    if (method != "GET") return ErrorReply(405, "GET only");
+    inference::SystemSharedMemoryStatusRequest request;
+    request.set_name(region);
+    inference::SystemSharedMemoryStatusResponse response;
+    const grpc::Status s =
+        stub->SystemSharedMemoryStatus(context, request, &response);
+    if (!s.ok()) return StatusReply(s);
+    json regions = json::array();
+    for (const auto& [name, r] : response.regions()) {
+      regions.push_back(ProtoJson(r));
+    }
+    return JsonReply(200, regions);
+  }
+  if (method != "POST") return ErrorReply(405, "POST only");
+  if (action == "unregister") {
+    inference::SystemSharedMemoryUnregisterRequest request;
+    request.set_name(region);
+    inference::SystemSharedMemoryUnregisterResponse response;
+    const grpc::Status s =
+        stub->SystemSharedMemoryUnregister(context, request, &response);
+    return s.ok() ? JsonReply(200, json::object()) : StatusReply(s);
+  }
+  if (action != "register" || region.empty()) {
+    return ErrorReply(404, "no such shared-memory endpoint");
+  }
+  absl::StatusOr<std::string> body = ReadBody(conn, kMaxSmallBody);
+  if (!body.ok()) return BodyErrorReply(body.status());
+  const json j = json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return ErrorReply(400, "body: not a JSON object");
+  inference::SystemSharedMemoryRegisterRequest request;
+  request.set_name(region);
+  if (const auto key = j.find("key"); key != j.end()) {
+    if (!key->is_string()) return ErrorReply(400, "key: not a string");
+    request.set_key(key->get<std::string>());
+  }
+  for (const char* name : {"offset", "byte_size"}) {
+    const auto v = j.find(name);
+    if (v == j.end()) continue;
+    if (!v->is_number_unsigned()) {
+      return ErrorReply(400,
+                        absl::StrCat(name, ": not a non-negative integer"));
+    }
+    if (std::strcmp(name, "offset") == 0) {
+      request.set_offset(v->get<uint64_t>());
+    } else {
+      request.set_byte_size(v->get<uint64_t>());
+    }
+  }
+  inference::SystemSharedMemoryRegisterResponse response;
+  const grpc::Status s =
+      stub->SystemSharedMemoryRegister(context, request, &response);
+  return s.ok() ? JsonReply(200, json::object()) : StatusReply(s);
 }
 
 }  // namespace
@@ -688,7 +844,10 @@ int RestServer::Handle(mg_connection* conn, void* data) {
     // /v2/models/M[/versions/V]/...: the model, its version and the rest.
     std::string model, version;
     std::vector<absl::string_view> rest;
-    if (path.size() >= 2 && path[0] == "models") {
+    // /v2/models/stats: every model's statistics, not a model "stats".
+    const bool all_stats =
+        path.size() == 2 && path[0] == "models" && path[1] == "stats";
+    if (path.size() >= 2 && path[0] == "models" && !all_stats) {
       model = std::string(path[1]);
       size_t at = 2;
       if (path.size() >= 4 && path[2] == "versions") {
@@ -765,6 +924,63 @@ int RestServer::Handle(mg_connection* conn, void* data) {
                 : response.ready() ? Reply{200, "application/json", "", -1}
                                    : Reply{400, "application/json", "", -1};
       }
+    } else if (!model.empty() && rest.size() == 1 && rest[0] == "config") {
+      if (!get) {
+        reply = ErrorReply(405, "GET only");
+      } else {
+        inference::ModelConfigRequest request;
+        request.set_name(model);
+        request.set_version(version);
+        inference::ModelConfigResponse response;
+        const grpc::Status s =
+            self->stub_->ModelConfig(&context, request, &response);
+        // Triton answers the config itself, not {"config": ...}.
+        reply = s.ok() ? JsonReply(200, ProtoJson(response.config()))
+                       : StatusReply(s);
+      }
+    } else if (all_stats ||
+               (!model.empty() && rest.size() == 1 && rest[0] == "stats")) {
+      if (!get) {
+        reply = ErrorReply(405, "GET only");
+      } else {
+        inference::ModelStatisticsRequest request;
+        request.set_name(model);
+        request.set_version(version);
+        inference::ModelStatisticsResponse response;
+        const grpc::Status s =
+            self->stub_->ModelStatistics(&context, request, &response);
+        reply = s.ok() ? JsonReply(200, ProtoJson(response)) : StatusReply(s);
+      }
+    } else if (path.size() == 2 && path[0] == "repository" &&
+               path[1] == "index") {
+      if (method != "POST") {
+        reply = ErrorReply(405, "POST only");
+      } else {
+        absl::StatusOr<std::string> body = ReadBody(conn, kMaxSmallBody);
+        inference::RepositoryIndexRequest request;
+        absl::Status parsed;
+        if (body.ok() && !body->empty()) {
+          const json j =
+              json::parse(*body, nullptr, /*allow_exceptions=*/false);
+          if (!j.is_object()) {
+            parsed = absl::InvalidArgumentError("body: not a JSON object");
+          } else if (std::optional<bool> ready = BoolIn(j, "ready")) {
+            request.set_ready(*ready);
+          }
+        }
+        inference::RepositoryIndexResponse response;
+        grpc::Status s;
+        if (body.ok() && parsed.ok()) {
+          s = self->stub_->RepositoryIndex(&context, request, &response);
+        }
+        reply = !body.ok()     ? BodyErrorReply(body.status())
+                : !parsed.ok() ? StatusReply(parsed)
+                : s.ok()       ? JsonReply(200, ProtoJson(response).value(
+                                                    "models", json::array()))
+                               : StatusReply(s);
+      }
+    } else if (!path.empty() && path[0] == "systemsharedmemory") {
+      reply = SharedMemory(self->stub_.get(), conn, &context, path, method);
     } else if (!model.empty() && rest.size() == 1 && rest[0] == "infer") {
       if (method != "POST") {
         reply = ErrorReply(405, "POST only");
@@ -772,11 +988,7 @@ int RestServer::Handle(mg_connection* conn, void* data) {
         absl::StatusOr<std::string> body =
             ReadBody(conn, self->max_body_bytes_);
         if (!body.ok()) {
-          reply = ErrorReply(
-              body.status().code() == absl::StatusCode::kResourceExhausted
-                  ? 413
-                  : 400,
-              body.status().message());
+          reply = BodyErrorReply(body.status());
         } else {
           int64_t header_length = static_cast<int64_t>(body->size());
           absl::Status parsed;

@@ -6,8 +6,14 @@
 // metadata), validation, the device queue, selection, kernels, metrics and
 // statistics; only the JSON and binary framing is done here. Served:
 //   GET  /v2, /v2/health/live, /v2/health/ready,
-//        /v2/models/M[/versions/V], /v2/models/M[/versions/V]/ready
-//   POST /v2/models/M[/versions/V]/infer
+//        /v2/models/M[/versions/V], /v2/models/M[/versions/V]/ready,
+//        /v2/models/M[/versions/V]/config, /v2/models[/M[/versions/V]]/stats,
+//        /v2/systemsharedmemory[/region/R]/status
+//   POST /v2/models/M[/versions/V]/infer, /v2/repository/index,
+//        /v2/systemsharedmemory/region/R/register,
+//        /v2/systemsharedmemory[/region/R]/unregister
+// Config and statistics are the gRPC messages in Triton's JSON (proto field
+// names, 64-bit counts as numbers).
 // JSON "data" carries BOOL, the integer types, FP32 and FP64; FP16, BF16
 // and BYTES travel only as binary data (binary_data_size), and FP16 and
 // BF16 outputs always come back as binary data. Errors are
