@@ -128,6 +128,13 @@ absl::Status Backend::ExecuteStacked(const KernelVariant& v,
 // Resident allocations from this size on are mapped pages of their own.
 constexpr size_t kOwnPagesBytes = size_t{1} << 20;
 
+absl::StatusOr<std::shared_ptr<void>> Backend::OpenIpcMemory(
+    absl::string_view /*handle*/, int64_t* /*allocation_bytes*/) const {
+  return absl::UnimplementedError(absl::StrCat(
+      "CUDA IPC memory needs the CUDA backend; this server runs the ",
+      BackendName(kind()), " backend"));
+}
+
 absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResident(int64_t bytes) {
   if (bytes < 0) {
     return absl::InvalidArgumentError(

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/core/device_info.h"
 #include "kernels/core/registry.h"
@@ -169,6 +170,15 @@ class Backend {
   // Whether the host may dereference resident memory (CPU: it is host
   // memory; CUDA: it is device memory).
   virtual bool resident_is_host_addressable() const { return true; }
+  // Maps device memory that another process on this host exported with
+  // cudaIpcGetMemHandle (handle: the cudaIpcMemHandle_t's bytes), to be
+  // used like resident memory; the mapping closes when the last reference
+  // goes, which must be before the backend is destroyed.
+  // *allocation_bytes: the exported allocation's size. INVALID_ARGUMENT for
+  // a handle of the wrong size or one that does not open here; the default,
+  // for backends without device memory, is UNIMPLEMENTED.
+  virtual absl::StatusOr<std::shared_ptr<void>> OpenIpcMemory(
+      absl::string_view handle, int64_t* allocation_bytes) const;
   // Copies bytes between host memory and [offset, offset + bytes) of a
   // resident allocation of resident_bytes bytes, in any number of calls of
   // any size (PutTensor and GetTensor copy a stream's chunks). OUT_OF_RANGE

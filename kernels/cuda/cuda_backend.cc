@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -269,6 +270,57 @@ class CudaBackend final : public Backend {
     return resident_.Allocate(bytes);
   }
   bool resident_is_host_addressable() const override { return false; }
+
+  absl::StatusOr<std::shared_ptr<void>> OpenIpcMemory(
+      absl::string_view handle, int64_t* allocation_bytes) const override {
+    if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a CUDA IPC memory handle has ", sizeof(cudaIpcMemHandle_t),
+          " bytes, not ", handle.size()));
+    }
+    COALESCE_RETURN_IF_ERROR(Health());
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data(), sizeof(h));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
+    void* ptr = nullptr;
+    const cudaError_t opened =
+        cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
+    if (opened != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it for the next call
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the CUDA IPC memory handle does not open on device ",
+          device_.ordinal, ": ", cudaGetErrorString(opened),
+          " (it must come from cudaIpcGetMemHandle in another process on "
+          "this host, for memory still allocated)"));
+    }
+    std::shared_ptr<void> memory(ptr, [device = device_.ordinal](void* p) {
+      cudaSetDevice(device);
+      cudaIpcCloseMemHandle(p);
+    });
+    // The allocation's size, from the driver (the runtime has no call for
+    // it): a region may not claim more than was exported.
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaGetDriverEntryPointByVersion(
+        "cuMemGetAddressRange", &entry, 12000, cudaEnableDefault, &found));
+    if (entry == nullptr || found != cudaDriverEntryPointSuccess) {
+      return absl::InternalError(
+          "the driver has no cuMemGetAddressRange to size the IPC memory");
+    }
+    using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    const CUresult ranged = reinterpret_cast<AddressRange>(entry)(
+        &base, &size, reinterpret_cast<CUdeviceptr>(ptr));
+    if (ranged != CUDA_SUCCESS) {
+      return absl::InternalError(absl::StrCat(
+          "cuMemGetAddressRange of the IPC memory failed: error ", ranged));
+    }
+    // From the mapped pointer to the allocation's end.
+    *allocation_bytes =
+        static_cast<int64_t>(base + size - reinterpret_cast<CUdeviceptr>(ptr));
+    return memory;
+  }
 
   absl::StatusOr<BenchmarkResult> Benchmark(
       const KernelVariant& v, const Problem& p,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -39,13 +40,29 @@ SharedMemoryRegion::SharedMemoryRegion(std::string owner, std::string name,
       mapping_bytes_(mapping_bytes),
       guard_slot_(guard_slot) {}
 
+SharedMemoryRegion::SharedMemoryRegion(std::string owner, std::string name,
+                                       int64_t device_id, uint64_t byte_size,
+                                       std::shared_ptr<void> device_memory)
+    : owner_(std::move(owner)),
+      name_(std::move(name)),
+      offset_(0),
+      byte_size_(byte_size),
+      fd_(-1),
+      mapping_(device_memory.get()),
+      mapping_bytes_(byte_size),
+      guard_slot_(nullptr),
+      device_memory_(std::move(device_memory)),
+      device_id_(device_id) {}
+
 SharedMemoryRegion::~SharedMemoryRegion() {
+  if (on_device()) return;  // device_memory_ closes its mapping
   UnguardMapping(guard_slot_);
   munmap(mapping_, mapping_bytes_);
   close(fd_);
 }
 
 absl::Status SharedMemoryRegion::CheckAlive() const {
+  if (on_device()) return absl::OkStatus();
   if (MappingFaulted(guard_slot_)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shared-memory region ", Quoted(name_), ": its object ", Quoted(key_),
@@ -96,18 +113,7 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view owner,
                                             absl::string_view key,
                                             uint64_t offset, uint64_t byte_size,
                                             std::optional<uid_t> caller_uid) {
-  if (!options_.allow) {
-    return absl::FailedPreconditionError(
-        "shared memory is off on this server (start it with "
-        "--allow_client_shm)");
-  }
-  if (!caller_uid.has_value()) {
-    return absl::PermissionDeniedError(
-        "shared memory is registered only over the server's local socket "
-        "(--unix_socket), where the kernel reports the caller's uid; this call "
-        "came another way");
-  }
-  if (name.empty()) return absl::InvalidArgumentError("name: required");
+  COALESCE_RETURN_IF_ERROR(CheckCaller(name, caller_uid));
   if (key.empty()) return absl::InvalidArgumentError("key: required");
   const absl::string_view prefix = options_.key_prefix;
   if (key.size() <= prefix.size() || key.substr(0, prefix.size()) != prefix ||
@@ -175,27 +181,82 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view owner,
     close(fd);
     return slot.status();
   }
-  auto region = std::make_shared<const SharedMemoryRegion>(
+  return Insert(std::make_shared<const SharedMemoryRegion>(
       std::string(owner), std::string(name), key_string, offset, byte_size, fd,
-      mapping, end, *slot);
+      mapping, end, *slot));
+}
+
+absl::Status SharedMemoryRegistry::CheckCaller(
+    absl::string_view name, std::optional<uid_t> caller_uid) const {
+  if (!options_.allow) {
+    return absl::FailedPreconditionError(
+        "shared memory is off on this server (start it with "
+        "--allow_client_shm)");
+  }
+  if (!caller_uid.has_value()) {
+    return absl::PermissionDeniedError(
+        "shared memory is registered only over the server's local socket "
+        "(--unix_socket), where the kernel reports the caller's uid; this call "
+        "came another way");
+  }
+  if (name.empty()) return absl::InvalidArgumentError("name: required");
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegistry::Insert(
+    std::shared_ptr<const SharedMemoryRegion> region) {
+  const std::string& owner = region->owner();
   absl::MutexLock lock(&mu_);
   // Again under the lock that inserts: concurrent registrations passed the
   // first check together.
   COALESCE_RETURN_IF_ERROR(CheckRoomLocked(owner));
-  if (!regions_.emplace(std::move(id), std::move(region)).second) {
-    return AlreadyRegistered(name);
-  }
-  ++per_owner_[std::string(owner)];
+  std::pair<std::string, std::string> id(owner, region->name());
+  if (regions_.count(id) != 0) return AlreadyRegistered(region->name());
+  regions_.emplace(std::move(id), std::move(region));
+  ++per_owner_[owner];
   return absl::OkStatus();
 }
 
+absl::Status SharedMemoryRegistry::RegisterDevice(
+    absl::string_view owner, absl::string_view name, int64_t device_id,
+    uint64_t byte_size, std::optional<uid_t> caller_uid,
+    absl::FunctionRef<
+        absl::StatusOr<std::shared_ptr<void>>(int64_t* allocation_bytes)>
+        open) {
+  COALESCE_RETURN_IF_ERROR(CheckCaller(name, caller_uid));
+  if (byte_size == 0) {
+    return absl::InvalidArgumentError("byte_size: must be > 0");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    COALESCE_RETURN_IF_ERROR(CheckRoomLocked(owner));
+    if (regions_.count({std::string(owner), std::string(name)}) != 0) {
+      return AlreadyRegistered(name);
+    }
+  }
+  int64_t allocation_bytes = 0;
+  COALESCE_ASSIGN_OR_RETURN(std::shared_ptr<void> memory,
+                            open(&allocation_bytes));
+  if (byte_size >
+      static_cast<uint64_t>(std::max<int64_t>(allocation_bytes, 0))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte_size: ", byte_size, ", but the exported allocation has ",
+        allocation_bytes, " bytes"));
+  }
+  return Insert(std::make_shared<const SharedMemoryRegion>(
+      std::string(owner), std::string(name), device_id, byte_size,
+      std::move(memory)));
+}
+
 absl::Status SharedMemoryRegistry::Unregister(absl::string_view owner,
-                                              absl::string_view name) {
+                                              absl::string_view name,
+                                              bool on_device) {
   absl::MutexLock lock(&mu_);
   auto it = regions_.find({std::string(owner), std::string(name)});
-  if (it == regions_.end()) {
+  if (it == regions_.end() || it->second->on_device() != on_device) {
     return absl::NotFoundError(
-        absl::StrCat("name: no shared-memory region ", Quoted(name)));
+        absl::StrCat("name: no ", on_device ? "CUDA" : "system",
+                     " shared-memory region ", Quoted(name)));
   }
   auto count = per_owner_.find(owner);
   if (count != per_owner_.end() && --count->second == 0) {
@@ -212,7 +273,8 @@ std::vector<SharedMemoryListing> SharedMemoryRegistry::List(
   for (auto it = regions_.lower_bound({std::string(owner), std::string()});
        it != regions_.end() && it->first.first == owner; ++it) {
     const SharedMemoryRegion& r = *it->second;
-    out.push_back({r.name(), r.key(), r.offset(), r.byte_size()});
+    out.push_back({r.name(), r.key(), r.offset(), r.byte_size(), r.on_device(),
+                   r.device_id()});
   }
   return out;
 }

@@ -26,6 +26,12 @@
 // cannot make the server map an object of another user, even one whose key
 // it knows.
 //
+// CUDA shared memory (Triton's CUDA shared-memory extension) shares the
+// registry, its names, gate and limits: a client on the same host exports
+// device memory with cudaIpcGetMemHandle and registers the handle; the
+// backend maps it (Backend::OpenIpcMemory) and kernels use it in place,
+// like a stored tensor's device memory. Such a region cannot shrink.
+//
 // Thread-safety: SharedMemoryRegistry is thread-safe. A region stays mapped
 // while any request holds its shared_ptr, so Unregister never unmaps memory
 // a kernel is using.
@@ -42,6 +48,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -59,6 +66,10 @@ class SharedMemoryRegion {
   SharedMemoryRegion(std::string owner, std::string name, std::string key,
                      uint64_t offset, uint64_t byte_size, int fd, void* mapping,
                      uint64_t mapping_bytes, MappingGuardSlot* guard_slot);
+  // A CUDA IPC region: [0, byte_size) of device_memory (mapped by the
+  // backend, closed when the last reference goes), on device device_id.
+  SharedMemoryRegion(std::string owner, std::string name, int64_t device_id,
+                     uint64_t byte_size, std::shared_ptr<void> device_memory);
   ~SharedMemoryRegion();
   SharedMemoryRegion(const SharedMemoryRegion&) = delete;
   SharedMemoryRegion& operator=(const SharedMemoryRegion&) = delete;
@@ -69,10 +80,15 @@ class SharedMemoryRegion {
   const std::string& key() const { return key_; }
   uint64_t offset() const { return offset_; }
   uint64_t byte_size() const { return byte_size_; }
-  // The registered range's first byte.
+  // The registered range's first byte: host memory, or device memory for
+  // a CUDA region.
   char* data() const { return static_cast<char*>(mapping_) + offset_; }
+  // A CUDA IPC region (device memory), and its device.
+  bool on_device() const { return device_memory_ != nullptr; }
+  int64_t device_id() const { return device_id_; }
   // FAILED_PRECONDITION when the object was unlinked, no longer covers the
-  // registered range, or shrank under a request (a guarded page faulted).
+  // registered range, or shrank under a request (a guarded page faulted);
+  // always OK for a CUDA region.
   absl::Status CheckAlive() const;
 
  private:
@@ -85,13 +101,18 @@ class SharedMemoryRegion {
   void* const mapping_;  // the object's bytes [0, offset + byte_size)
   const uint64_t mapping_bytes_;
   MappingGuardSlot* const guard_slot_;
+  // A CUDA region's mapping (mapping_ is its pointer); null otherwise.
+  const std::shared_ptr<void> device_memory_;
+  const int64_t device_id_ = -1;
 };
 
 struct SharedMemoryListing {
   std::string name;
-  std::string key;
+  std::string key;  // empty for a CUDA region
   uint64_t offset = 0;
   uint64_t byte_size = 0;
+  bool on_device = false;
+  int64_t device_id = -1;
 };
 
 struct SharedMemoryOptions {
@@ -123,8 +144,22 @@ class SharedMemoryRegistry {
   absl::Status Register(absl::string_view owner, absl::string_view name,
                         absl::string_view key, uint64_t offset,
                         uint64_t byte_size, std::optional<uid_t> caller_uid);
-  // NOT_FOUND when owner has not registered name.
-  absl::Status Unregister(absl::string_view owner, absl::string_view name);
+  // Registers [0, byte_size) of device memory another process exported for
+  // the client owner, after the same checks as Register (the gate, the
+  // local socket, name, limits, not yet registered): open maps the handle
+  // and says how large the exported allocation is, and is called only once
+  // those pass. INVALID_ARGUMENT for a zero byte_size, or one beyond the
+  // allocation; open's own errors otherwise.
+  absl::Status RegisterDevice(
+      absl::string_view owner, absl::string_view name, int64_t device_id,
+      uint64_t byte_size, std::optional<uid_t> caller_uid,
+      absl::FunctionRef<
+          absl::StatusOr<std::shared_ptr<void>>(int64_t* allocation_bytes)>
+          open);
+  // NOT_FOUND when owner has not registered name as a region of this kind
+  // (on_device: a CUDA region, else a system one).
+  absl::Status Unregister(absl::string_view owner, absl::string_view name,
+                          bool on_device = false);
   // owner's regions, by name.
   std::vector<SharedMemoryListing> List(absl::string_view owner) const;
   // owner's region name (NOT_FOUND otherwise), not yet checked: callers
@@ -136,6 +171,12 @@ class SharedMemoryRegistry {
   // OK while owner may register one more region.
   absl::Status CheckRoomLocked(absl::string_view owner) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What every registration checks first: the gate, the caller's uid and
+  // the name.
+  absl::Status CheckCaller(absl::string_view name,
+                           std::optional<uid_t> caller_uid) const;
+  // Adds region unless owner has name already or is past a limit.
+  absl::Status Insert(std::shared_ptr<const SharedMemoryRegion> region);
 
   const SharedMemoryOptions options_;
   mutable absl::Mutex mu_;

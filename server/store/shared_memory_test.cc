@@ -300,3 +300,96 @@ TEST(SharedMemoryRegistry, RegionsArePerClient) {
 
 }  // namespace
 }  // namespace coalesce
+
+namespace coalesce {
+namespace {
+
+// Stands in for Backend::OpenIpcMemory: host memory of allocation bytes
+// whose release is counted, and how often it was asked.
+struct FakeIpc {
+  int64_t allocation = 4096;
+  absl::Status error;
+  int opened = 0;
+  std::shared_ptr<std::atomic<int>> closed =
+      std::make_shared<std::atomic<int>>(0);
+  std::vector<char> memory = std::vector<char>(4096);
+
+  auto Opener() {
+    return [this](int64_t* bytes) -> absl::StatusOr<std::shared_ptr<void>> {
+      ++opened;
+      if (!error.ok()) return error;
+      *bytes = allocation;
+      return std::shared_ptr<void>(memory.data(),
+                                   [c = closed](void*) { c->fetch_add(1); });
+    };
+  }
+};
+
+TEST(SharedMemoryRegistryDevice, ChecksTheCallerBeforeOpeningTheHandle) {
+  FakeIpc ipc;
+  SharedMemoryRegistry off;
+  EXPECT_EQ(off.RegisterDevice("c", "r", 0, 64, Me(), ipc.Opener()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  SharedMemoryRegistry registry(Allowed());
+  EXPECT_EQ(registry.RegisterDevice("c", "r", 0, 64, std::nullopt, ipc.Opener())
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry.RegisterDevice("c", "", 0, 64, Me(), ipc.Opener()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.RegisterDevice("c", "r", 0, 0, Me(), ipc.Opener()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ipc.opened, 0);
+  ipc.error = absl::InvalidArgumentError("raw_handle: does not open");
+  const absl::Status s =
+      registry.RegisterDevice("c", "r", 0, 64, Me(), ipc.Opener());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("raw_handle"), absl::string_view::npos) << s;
+  EXPECT_TRUE(registry.List("c").empty());
+}
+
+TEST(SharedMemoryRegistryDevice, ARegionMayNotClaimMoreThanWasExported) {
+  FakeIpc ipc;
+  SharedMemoryRegistry registry(Allowed());
+  const absl::Status s =
+      registry.RegisterDevice("c", "r", 0, 4097, Me(), ipc.Opener());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("byte_size: 4097"), absl::string_view::npos) << s;
+  EXPECT_EQ(ipc.closed->load(), 1);  // the mapping was closed again
+  EXPECT_TRUE(registry.List("c").empty());
+}
+
+TEST(SharedMemoryRegistryDevice, SharesNamesAndClosesAfterTheLastUse) {
+  FakeIpc ipc;
+  SharedMemoryRegistry registry(Allowed());
+  ASSERT_TRUE(
+      registry.RegisterDevice("c", "r", 3, 4096, Me(), ipc.Opener()).ok());
+  // One namespace with system regions, per client.
+  EXPECT_EQ(registry.RegisterDevice("c", "r", 3, 64, Me(), ipc.Opener()).code(),
+            absl::StatusCode::kAlreadyExists);
+  ShmObject object(4096);
+  EXPECT_EQ(registry.Register("c", "r", object.key(), 0, 64, Me()).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(registry.Find("other", "r").status().code() ==
+              absl::StatusCode::kNotFound);
+  absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> found =
+      registry.Find("c", "r");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_TRUE((*found)->on_device());
+  EXPECT_EQ((*found)->device_id(), 3);
+  EXPECT_EQ((*found)->data(), ipc.memory.data());
+  EXPECT_EQ((*found)->byte_size(), 4096u);
+  EXPECT_TRUE((*found)->CheckAlive().ok());
+  const std::vector<SharedMemoryListing> listed = registry.List("c");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(listed[0].on_device);
+  EXPECT_EQ(listed[0].device_id, 3);
+  // Unregistered as a CUDA region only; a request holding it keeps it open.
+  EXPECT_EQ(registry.Unregister("c", "r").code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.Unregister("c", "r", /*on_device=*/true).ok());
+  EXPECT_EQ(ipc.closed->load(), 0);
+  found->reset();
+  EXPECT_EQ(ipc.closed->load(), 1);
+}
+
+}  // namespace
+}  // namespace coalesce

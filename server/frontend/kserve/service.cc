@@ -801,6 +801,13 @@ absl::StatusOr<char*> ResolveRegion(
                         absl::StrCat(params, "shared_memory_region: ",
                                      region.status().message()));
   }
+  if ((*region)->on_device()) {
+    // identity copies on the host, which cannot address device memory.
+    return absl::InvalidArgumentError(absl::StrCat(
+        params, "shared_memory_region: ", Quoted(shm.region),
+        " is CUDA shared memory, which the identity model does not take "
+        "(the op models do)"));
+  }
   uint64_t end = 0;
   if (__builtin_add_overflow(shm.offset, shm.byte_size, &end) ||
       end > (*region)->byte_size()) {
@@ -978,6 +985,9 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     response->add_extensions("model_configuration");
     response->add_extensions("statistics");
     response->add_extensions("system_shared_memory");
+    if (backend_->kind() == BackendKind::kCuda) {
+      response->add_extensions("cuda_shared_memory");
+    }
   }
   return Answer(context, call, caller, *request, *response);
 }
@@ -1585,29 +1595,63 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
   return Answer(context, call, absl::OkStatus(), *request, *response);
 }
 
+namespace {
+
+// The caller's regions of one kind (on_device: CUDA) into regions, by name,
+// only name's when it is set (NOT_FOUND when that is not among them); fill
+// writes one entry.
+template <typename Map, typename Fill>
+absl::Status ListRegions(const SharedMemoryRegistry& registry,
+                         const std::string& owner, bool on_device,
+                         const std::string& name, Map& regions, Fill fill) {
+  for (const SharedMemoryListing& r : registry.List(owner)) {
+    if (r.on_device != on_device || (!name.empty() && r.name != name)) {
+      continue;
+    }
+    fill(r, regions[r.name]);
+  }
+  if (!name.empty() && regions.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("name: no ", on_device ? "CUDA" : "system",
+                     " shared-memory region ", Quoted(name), " is registered"));
+  }
+  return absl::OkStatus();
+}
+
+// Unregisters the caller's region name of one kind, or with no name every
+// region of that kind. One unregistered meanwhile by another call of the
+// same caller is gone all the same.
+absl::Status UnregisterRegions(SharedMemoryRegistry& registry,
+                               const std::string& owner, bool on_device,
+                               const std::string& name) {
+  if (!name.empty()) return registry.Unregister(owner, name, on_device);
+  absl::Status status;
+  for (const SharedMemoryListing& r : registry.List(owner)) {
+    if (r.on_device != on_device) continue;
+    const absl::Status s = registry.Unregister(owner, r.name, on_device);
+    if (!s.ok() && !absl::IsNotFound(s)) status = s;
+  }
+  return status;
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* context,
     const inference::SystemSharedMemoryStatusRequest* request,
     inference::SystemSharedMemoryStatusResponse* response) {
   RpcCall call(metrics_, Rpc::kSystemSharedMemoryStatus);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
-  if (!caller.ok()) {
-    return Answer(context, call, caller.status(), *request, *response);
-  }
-  auto& regions = *response->mutable_regions();
-  for (const SharedMemoryListing& r : shared_memory_->List(caller->identity)) {
-    if (!request->name().empty() && r.name != request->name()) continue;
-    auto& status = regions[r.name];
-    status.set_name(r.name);
-    status.set_key(r.key);
-    status.set_offset(r.offset);
-    status.set_byte_size(r.byte_size);
-  }
-  absl::Status status;
-  if (!request->name().empty() && regions.empty()) {
-    status = absl::NotFoundError(absl::StrCat("name: no shared-memory region ",
-                                              Quoted(request->name()),
-                                              " is registered"));
+  absl::Status status = caller.status();
+  if (status.ok()) {
+    status = ListRegions(*shared_memory_, caller->identity, /*on_device=*/false,
+                         request->name(), *response->mutable_regions(),
+                         [](const SharedMemoryListing& r, auto& out) {
+                           out.set_name(r.name);
+                           out.set_key(r.key);
+                           out.set_offset(r.offset);
+                           out.set_byte_size(r.byte_size);
+                         });
   }
   return Answer(context, call, status, *request, *response);
 }
@@ -1636,43 +1680,31 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
   RpcCall call(metrics_, Rpc::kSystemSharedMemoryUnregister);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
-  if (status.ok() && !request->name().empty()) {
-    status = shared_memory_->Unregister(caller->identity, request->name());
-  } else if (status.ok()) {
-    // No name: every region of the caller's. One unregistered meanwhile by
-    // another call of the same caller is gone all the same.
-    for (const SharedMemoryListing& r :
-         shared_memory_->List(caller->identity)) {
-      const absl::Status s =
-          shared_memory_->Unregister(caller->identity, r.name);
-      if (!s.ok() && !absl::IsNotFound(s)) status = s;
-    }
+  if (status.ok()) {
+    status = UnregisterRegions(*shared_memory_, caller->identity,
+                               /*on_device=*/false, request->name());
   }
   return Answer(context, call, status, *request, *response);
 }
-
-namespace {
-
-// CUDA shared memory needs the server to open the client's CUDA IPC
-// handles on its device; the server does not, on any backend.
-absl::Status CudaSharedMemoryUnserved(const absl::StatusOr<Caller>& caller) {
-  if (!caller.ok()) return caller.status();
-  return absl::UnimplementedError(
-      "CUDA shared memory is not served by this server (on any backend); "
-      "use system shared memory (SystemSharedMemoryRegister) or send the "
-      "tensors inline");
-}
-
-}  // namespace
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* context,
     const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse* response) {
   RpcCall call(metrics_, Rpc::kCudaSharedMemoryStatus);
-  return Answer(context, call,
-                CudaSharedMemoryUnserved(auth_->Authenticate(*context)),
-                *request, *response);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  absl::Status status = caller.status();
+  if (status.ok()) {
+    status =
+        ListRegions(*shared_memory_, caller->identity, /*on_device=*/true,
+                    request->name(), *response->mutable_regions(),
+                    [](const SharedMemoryListing& r, auto& out) {
+                      out.set_name(r.name);
+                      out.set_device_id(static_cast<uint64_t>(r.device_id));
+                      out.set_byte_size(r.byte_size);
+                    });
+  }
+  return Answer(context, call, status, *request, *response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
@@ -1680,9 +1712,37 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
     const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse* response) {
   RpcCall call(metrics_, Rpc::kCudaSharedMemoryRegister);
-  return Answer(context, call,
-                CudaSharedMemoryUnserved(auth_->Authenticate(*context)),
-                *request, *response);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  absl::Status status = caller.status();
+  if (status.ok() && backend_->kind() != BackendKind::kCuda) {
+    status = absl::UnimplementedError(absl::StrCat(
+        "CUDA shared memory needs the CUDA backend; this server runs the ",
+        BackendName(backend_->kind()),
+        " backend (use system shared memory, or send the tensors inline)"));
+  } else if (status.ok() &&
+             request->device_id() != backend_->device().ordinal) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("device_id: ", request->device_id(),
+                     ", but this server runs on CUDA "
+                     "device ",
+                     backend_->device().ordinal));
+  } else if (status.ok()) {
+    // The registry checks the gate, the caller and the name before the
+    // handle is opened, and the size after.
+    status = shared_memory_->RegisterDevice(
+        caller->identity, request->name(), request->device_id(),
+        request->byte_size(), caller->uid,
+        [&](int64_t* allocation_bytes)
+            -> absl::StatusOr<std::shared_ptr<void>> {
+          absl::StatusOr<std::shared_ptr<void>> memory =
+              backend_->OpenIpcMemory(request->raw_handle(), allocation_bytes);
+          if (memory.ok()) return memory;
+          return absl::Status(
+              memory.status().code(),
+              absl::StrCat("raw_handle: ", memory.status().message()));
+        });
+  }
+  return Answer(context, call, status, *request, *response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
@@ -1690,9 +1750,13 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
     const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* response) {
   RpcCall call(metrics_, Rpc::kCudaSharedMemoryUnregister);
-  return Answer(context, call,
-                CudaSharedMemoryUnserved(auth_->Authenticate(*context)),
-                *request, *response);
+  const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
+  absl::Status status = caller.status();
+  if (status.ok()) {
+    status = UnregisterRegions(*shared_memory_, caller->identity,
+                               /*on_device=*/true, request->name());
+  }
+  return Answer(context, call, status, *request, *response);
 }
 
 }  // namespace coalesce

@@ -1103,7 +1103,7 @@ TEST_F(InferenceServiceTest, StatisticsCountWhatRequestsDid) {
   EXPECT_THAT(status.error_message(), StartsWith("name: "));
 }
 
-TEST_F(InferenceServiceTest, SharedMemoryIsOffByDefaultAndCudaUnserved) {
+TEST_F(InferenceServiceTest, SharedMemoryIsOffByDefaultAndCudaNeedsCuda) {
   {
     grpc::ClientContext context;
     inference::SystemSharedMemoryRegisterRequest request;
@@ -1125,7 +1125,22 @@ TEST_F(InferenceServiceTest, SharedMemoryIsOffByDefaultAndCudaUnserved) {
   const grpc::Status status =
       stub_->CudaSharedMemoryRegister(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("CUDA shared memory"));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("CUDA shared memory needs the CUDA backend"));
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryStatusResponse listed;
+    EXPECT_TRUE(stub_->CudaSharedMemoryStatus(&context, {}, &listed).ok());
+    EXPECT_TRUE(listed.regions().empty());
+  }
+  grpc::ClientContext unregister_context;
+  inference::CudaSharedMemoryUnregisterRequest unregister;
+  unregister.set_name("r");
+  inference::CudaSharedMemoryUnregisterResponse unregistered;
+  const grpc::Status missing = stub_->CudaSharedMemoryUnregister(
+      &unregister_context, unregister, &unregistered);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(missing.error_message(), HasSubstr("CUDA shared-memory region"));
 }
 
 // A POSIX shared-memory object owned by a test.

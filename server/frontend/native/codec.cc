@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -82,9 +83,12 @@ struct Resolved {
   // Held until the request is done (DecodedRequest::keep_alive).
   std::vector<std::shared_ptr<const void>> keep_alive;
   std::vector<std::shared_ptr<const SharedMemoryRegion>> shared_memory;
-  // Input pointers into stored tensors: the backend's resident memory,
-  // which the host may not be able to read (device memory).
+  // Input pointers into stored tensors and CUDA regions: the backend's
+  // resident memory, which the host may not be able to read (device
+  // memory).
   std::vector<const void*> resident;
+  // Pointers into CUDA regions (device memory).
+  std::vector<const void*> device_outputs;
 };
 
 // How much of a tensor to check: shape_only (ExplainSelection) accepts a
@@ -139,6 +143,11 @@ absl::StatusOr<char*> ResolveSharedMemory(const v1::SharedMemoryRef& ref,
                         absl::StrCat(field, ": ", alive.message()));
   }
   char* data = (*region)->data() + ref.offset();
+  if ((*region)->on_device()) {
+    // A CUDA region: device memory, used in place like a stored tensor's.
+    if (!is_output) o.resolved->resident.push_back(data);
+    o.resolved->device_outputs.push_back(data);
+  }
   o.resolved->shared_memory.push_back(*region);
   o.resolved->keep_alive.push_back(std::move(*region));
   return data;
@@ -414,6 +423,8 @@ absl::Status FinishDecoded(const TensorChecks& o, DecodedRequest* d) {
                         absl::StrCat("options.outputs[", i, "].shared_memory"),
                         bytes, /*is_output=*/true, o));
     target.shared_memory.set_byte_size(static_cast<uint64_t>(bytes));
+    target.on_device = absl::c_linear_search(o.resolved->device_outputs,
+                                             static_cast<const void*>(data));
     d->operands.outputs[i] = data;
   }
   COALESCE_RETURN_IF_ERROR(CheckNoOutputAlias(*d));

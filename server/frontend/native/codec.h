@@ -48,8 +48,10 @@ struct DataPlane {
 struct OutputTarget {
   v1::OutputPlacement placement = v1::OUTPUT_PLACEMENT_INLINE;
   // For OUTPUT_PLACEMENT_SHARED_MEMORY: the reference, byte_size set to the
-  // output's size (what the response reports).
+  // output's size (what the response reports), and whether its region is a
+  // CUDA one (device memory).
   v1::SharedMemoryRef shared_memory;
+  bool on_device = false;
   // For OUTPUT_PLACEMENT_SERVER_HANDLE with OutputSpec.handle: the caller's
   // tensor to overwrite, its dtype and shape the output's (resolved unless
   // shape_only; operands.outputs points at its bytes, in resident memory).

@@ -1,5 +1,7 @@
 #include "server/frontend/native/codec.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -11,6 +13,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/store/shared_memory.h"
 #include "server/store/tensor_store.h"
 
 namespace coalesce {
@@ -230,6 +233,43 @@ TEST(CodecTest, SharedMemoryWithoutDataPlaneIsUnimplemented) {
   t.mutable_shared_memory()->set_region("r");
   ExpectError(DecodeTranspose(Transpose(t), kMax),
               absl::StatusCode::kUnimplemented, {"input.shared_memory"});
+}
+
+TEST(CodecTest, CudaRegionsAreResidentInputsAndDeviceOutputs) {
+  // A CUDA region's memory is the backend's resident memory; host memory
+  // stands in for it here.
+  std::vector<char> device(4096);
+  SharedMemoryOptions options;
+  options.allow = true;
+  SharedMemoryRegistry registry(options);
+  ASSERT_TRUE(registry
+                  .RegisterDevice("me", "gpu", 0, device.size(), geteuid(),
+                                  [&](int64_t* bytes) {
+                                    *bytes =
+                                        static_cast<int64_t>(device.size());
+                                    return std::shared_ptr<void>(device.data(),
+                                                                 [](void*) {});
+                                  })
+                  .ok());
+  v1::Tensor t = MakeTensor({2, 3});
+  t.clear_raw();
+  t.mutable_shared_memory()->set_region("gpu");
+  t.mutable_shared_memory()->set_byte_size(24);
+  v1::TransposeRequest r = Transpose(t);
+  v1::OutputSpec* out = r.mutable_options()->add_outputs();
+  out->set_placement(v1::OUTPUT_PLACEMENT_SHARED_MEMORY);
+  out->mutable_shared_memory()->set_region("gpu");
+  out->mutable_shared_memory()->set_offset(1024);
+  out->mutable_shared_memory()->set_byte_size(24);
+  DataPlane plane;
+  plane.shared_memory = &registry;
+  plane.owner = "me";
+  absl::StatusOr<DecodedRequest> d = DecodeTranspose(r, kMax, false, plane);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(d->operands.inputs, ElementsAre(device.data()));
+  EXPECT_THAT(d->operands.input_spaces, ElementsAre(MemorySpace::kResident));
+  EXPECT_EQ(d->operands.outputs[0], device.data() + 1024);
+  EXPECT_TRUE(d->output_targets[0].on_device);
 }
 
 TEST(CodecTest, NoTensorData) {

@@ -244,8 +244,11 @@ absl::Status TensorOpsService::PlaceOutputs(
       }
       case v1::OUTPUT_PLACEMENT_SHARED_MEMORY:
         // The codec resolved and bounds-checked it: operands.outputs[i] is
-        // set (host memory).
+        // set (host memory, or device memory for a CUDA region).
         *out->mutable_shared_memory() = target.shared_memory;
+        if (target.on_device) {
+          operands.output_spaces[i] = MemorySpace::kResident;
+        }
         break;
       default: {
         // The kernel writes straight into the response's bytes: no copy
@@ -1183,6 +1186,9 @@ grpc::ServerUnaryReactor* TensorOpsService::ListSharedMemory(
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     for (const SharedMemoryListing& r :
          shared_memory_->List(caller->identity)) {
+      // CUDA regions (registered through the KServe API) serve requests
+      // here by name too, but are listed and unregistered there.
+      if (r.on_device) continue;
       v1::SharedMemoryRegion* out = response->add_regions();
       out->set_name(r.name);
       out->set_key(r.key);
