@@ -2,6 +2,7 @@
 HTTP client (tritonclient.http) and perf_analyzer see it: JSON and binary
 tensor data, statistics, shared memory."""
 
+import base64
 import os
 
 import numpy as np
@@ -186,3 +187,16 @@ def test_system_shared_memory(server, triton_http, rng):
 @pytest.mark.parametrize("model", [m for m in MODELS if m != "convert_layout"])
 def test_perf_analyzer_over_http(server, tmp_path, model):
     check_perf_analyzer("http", server.http_target, model, tmp_path)
+
+
+def test_cuda_shared_memory_needs_the_cuda_backend(triton_http):
+    # The CPU backend has no device memory to map; the handle is well formed.
+    with pytest.raises(InferenceServerException) as e:
+        triton_http.register_cuda_shared_memory(
+            "gpu", base64.b64encode(bytes(range(64))).decode(), 0, 64)
+    assert "CUDA shared memory needs the CUDA backend" in e.value.message()
+    assert triton_http.get_cuda_shared_memory_status() == []
+    # A handle that is not base64 is refused before the service sees it.
+    with pytest.raises(InferenceServerException) as e:
+        triton_http.register_cuda_shared_memory("gpu", "*not base64*", 0, 64)
+    assert "raw_handle" in e.value.message()

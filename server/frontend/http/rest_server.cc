@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -13,10 +14,12 @@
 
 #include "absl/base/call_once.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/reflection.h"
@@ -706,11 +709,86 @@ void Send(mg_connection* conn, const Reply& reply) {
   }
 }
 
-// /v2/systemsharedmemory[/region/R]/{status,register,unregister}, as the
-// gRPC calls of the same names: registration needs the local socket's peer
-// credentials, so over HTTP it is refused with the service's own message.
-Reply SharedMemory(inference::GRPCInferenceService::Stub* stub,
-                   mg_connection* conn, grpc::ClientContext* context,
+using Stub = inference::GRPCInferenceService::Stub;
+
+// An unsigned integer member of a registration body into set; absent
+// members are left alone (the service names what is missing).
+absl::Status UnsignedIn(const json& j, const char* name,
+                        const std::function<void(uint64_t)>& set) {
+  const auto v = j.find(name);
+  if (v == j.end()) return absl::OkStatus();
+  if (!v->is_number_unsigned()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": not a non-negative integer"));
+  }
+  set(v->get<uint64_t>());
+  return absl::OkStatus();
+}
+
+// The calls and messages of system shared memory, and its register body
+// {"key", "offset", "byte_size"}.
+struct SystemRegions {
+  using StatusRequest = inference::SystemSharedMemoryStatusRequest;
+  using StatusResponse = inference::SystemSharedMemoryStatusResponse;
+  using RegisterRequest = inference::SystemSharedMemoryRegisterRequest;
+  using RegisterResponse = inference::SystemSharedMemoryRegisterResponse;
+  using UnregisterRequest = inference::SystemSharedMemoryUnregisterRequest;
+  using UnregisterResponse = inference::SystemSharedMemoryUnregisterResponse;
+  static constexpr auto kStatus = &Stub::SystemSharedMemoryStatus;
+  static constexpr auto kRegister = &Stub::SystemSharedMemoryRegister;
+  static constexpr auto kUnregister = &Stub::SystemSharedMemoryUnregister;
+  static absl::Status Parse(const json& j, RegisterRequest* r) {
+    if (const auto key = j.find("key"); key != j.end()) {
+      if (!key->is_string()) {
+        return absl::InvalidArgumentError("key: not a string");
+      }
+      r->set_key(key->get<std::string>());
+    }
+    COALESCE_RETURN_IF_ERROR(
+        UnsignedIn(j, "offset", [r](uint64_t v) { r->set_offset(v); }));
+    return UnsignedIn(j, "byte_size", [r](uint64_t v) { r->set_byte_size(v); });
+  }
+};
+
+// The same for CUDA shared memory: {"raw_handle": {"b64": ...},
+// "device_id", "byte_size"}, the handle base64 as Triton's HTTP clients
+// send it.
+struct CudaRegions {
+  using StatusRequest = inference::CudaSharedMemoryStatusRequest;
+  using StatusResponse = inference::CudaSharedMemoryStatusResponse;
+  using RegisterRequest = inference::CudaSharedMemoryRegisterRequest;
+  using RegisterResponse = inference::CudaSharedMemoryRegisterResponse;
+  using UnregisterRequest = inference::CudaSharedMemoryUnregisterRequest;
+  using UnregisterResponse = inference::CudaSharedMemoryUnregisterResponse;
+  static constexpr auto kStatus = &Stub::CudaSharedMemoryStatus;
+  static constexpr auto kRegister = &Stub::CudaSharedMemoryRegister;
+  static constexpr auto kUnregister = &Stub::CudaSharedMemoryUnregister;
+  static absl::Status Parse(const json& j, RegisterRequest* r) {
+    if (const auto handle = j.find("raw_handle"); handle != j.end()) {
+      const auto b64 =
+          handle->is_object() ? handle->find("b64") : handle->end();
+      std::string raw;
+      if (b64 == handle->end() || !b64->is_string() ||
+          !absl::Base64Unescape(b64->get<std::string>(), &raw)) {
+        return absl::InvalidArgumentError(
+            "raw_handle: not {\"b64\": BASE64 STRING}");
+      }
+      r->set_raw_handle(std::move(raw));
+    }
+    COALESCE_RETURN_IF_ERROR(UnsignedIn(j, "device_id", [r](uint64_t v) {
+      r->set_device_id(static_cast<int64_t>(v));
+    }));
+    return UnsignedIn(j, "byte_size", [r](uint64_t v) { r->set_byte_size(v); });
+  }
+};
+
+// /v2/{system,cuda}sharedmemory[/region/R]/{status,register,unregister},
+// as the gRPC calls of the same names: registration needs the local
+// socket's peer credentials, so over HTTP it is refused with the service's
+// own message; status and unregister serve the caller's regions.
+template <typename Kind>
+Reply SharedMemory(Stub* stub, mg_connection* conn,
+                   grpc::ClientContext* context,
                    const std::vector<absl::string_view>& path,
                    absl::string_view method) {
   std::string region;
@@ -725,11 +803,10 @@ Reply SharedMemory(inference::GRPCInferenceService::Stub* stub,
   }
   if (action == "status") {
     if (method != "GET") return ErrorReply(405, "GET only");
-    inference::SystemSharedMemoryStatusRequest request;
+    typename Kind::StatusRequest request;
     request.set_name(region);
-    inference::SystemSharedMemoryStatusResponse response;
-    const grpc::Status s =
-        stub->SystemSharedMemoryStatus(context, request, &response);
+    typename Kind::StatusResponse response;
+    const grpc::Status s = (stub->*Kind::kStatus)(context, request, &response);
     if (!s.ok()) return StatusReply(s);
     json regions = json::array();
     for (const auto& [name, r] : response.regions()) {
@@ -739,11 +816,11 @@ Reply SharedMemory(inference::GRPCInferenceService::Stub* stub,
   }
   if (method != "POST") return ErrorReply(405, "POST only");
   if (action == "unregister") {
-    inference::SystemSharedMemoryUnregisterRequest request;
+    typename Kind::UnregisterRequest request;
     request.set_name(region);
-    inference::SystemSharedMemoryUnregisterResponse response;
+    typename Kind::UnregisterResponse response;
     const grpc::Status s =
-        stub->SystemSharedMemoryUnregister(context, request, &response);
+        (stub->*Kind::kUnregister)(context, request, &response);
     return s.ok() ? JsonReply(200, json::object()) : StatusReply(s);
   }
   if (action != "register" || region.empty()) {
@@ -753,28 +830,13 @@ Reply SharedMemory(inference::GRPCInferenceService::Stub* stub,
   if (!body.ok()) return BodyErrorReply(body.status());
   const json j = json::parse(*body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return ErrorReply(400, "body: not a JSON object");
-  inference::SystemSharedMemoryRegisterRequest request;
+  typename Kind::RegisterRequest request;
   request.set_name(region);
-  if (const auto key = j.find("key"); key != j.end()) {
-    if (!key->is_string()) return ErrorReply(400, "key: not a string");
-    request.set_key(key->get<std::string>());
+  if (const absl::Status parsed = Kind::Parse(j, &request); !parsed.ok()) {
+    return StatusReply(parsed);
   }
-  for (const char* name : {"offset", "byte_size"}) {
-    const auto v = j.find(name);
-    if (v == j.end()) continue;
-    if (!v->is_number_unsigned()) {
-      return ErrorReply(400,
-                        absl::StrCat(name, ": not a non-negative integer"));
-    }
-    if (std::strcmp(name, "offset") == 0) {
-      request.set_offset(v->get<uint64_t>());
-    } else {
-      request.set_byte_size(v->get<uint64_t>());
-    }
-  }
-  inference::SystemSharedMemoryRegisterResponse response;
-  const grpc::Status s =
-      stub->SystemSharedMemoryRegister(context, request, &response);
+  typename Kind::RegisterResponse response;
+  const grpc::Status s = (stub->*Kind::kRegister)(context, request, &response);
   return s.ok() ? JsonReply(200, json::object()) : StatusReply(s);
 }
 
@@ -980,7 +1042,11 @@ int RestServer::Handle(mg_connection* conn, void* data) {
                                : StatusReply(s);
       }
     } else if (!path.empty() && path[0] == "systemsharedmemory") {
-      reply = SharedMemory(self->stub_.get(), conn, &context, path, method);
+      reply = SharedMemory<SystemRegions>(self->stub_.get(), conn, &context,
+                                          path, method);
+    } else if (!path.empty() && path[0] == "cudasharedmemory") {
+      reply = SharedMemory<CudaRegions>(self->stub_.get(), conn, &context, path,
+                                        method);
     } else if (!model.empty() && rest.size() == 1 && rest[0] == "infer") {
       if (method != "POST") {
         reply = ErrorReply(405, "POST only");

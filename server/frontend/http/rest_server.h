@@ -8,10 +8,10 @@
 //   GET  /v2, /v2/health/live, /v2/health/ready,
 //        /v2/models/M[/versions/V], /v2/models/M[/versions/V]/ready,
 //        /v2/models/M[/versions/V]/config, /v2/models[/M[/versions/V]]/stats,
-//        /v2/systemsharedmemory[/region/R]/status
+//        /v2/{system,cuda}sharedmemory[/region/R]/status
 //   POST /v2/models/M[/versions/V]/infer, /v2/repository/index,
-//        /v2/systemsharedmemory/region/R/register,
-//        /v2/systemsharedmemory[/region/R]/unregister
+//        /v2/{system,cuda}sharedmemory/region/R/register,
+//        /v2/{system,cuda}sharedmemory[/region/R]/unregister
 // Config and statistics are the gRPC messages in Triton's JSON (proto field
 // names, 64-bit counts as numbers).
 // JSON "data" carries BOOL, the integer types, FP32 and FP64; FP16, BF16
