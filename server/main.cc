@@ -592,8 +592,9 @@ int Main(int argc, char** argv) {
       std::chrono::duration<double>(absl::GetFlag(FLAGS_shutdown_grace_s)));
   spdlog::info("signal {}: NOT_SERVING, draining for up to {} ms",
                signal_number, grace.count());
-  // Health checks answer NOT_SERVING at once, so load balancers stop
-  // sending; no status change after this one.
+  // Health checks answer NOT_SERVING at once (and /readyz 503), so load
+  // balancers stop sending; no status change after this one.
+  (*server)->draining.store(true);
   if (grpc::HealthCheckServiceInterface* health =
           (*server)->server->GetHealthCheckService()) {
     health->Shutdown();

@@ -177,9 +177,22 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   running->metrics = std::make_unique<metrics::PrometheusServiceMetrics>(
       running->registry.get(), *backend);
   if (!config.metrics_listen.empty()) {
+    // The backend outlives the server; running's flags outlive the HTTP
+    // server (RunningServer's member order).
+    RunningServer* r = running.get();
     absl::StatusOr<std::unique_ptr<metrics::HttpServer>> http =
-        metrics::HttpServer::Start(config.metrics_listen,
-                                   running->registry.get());
+        metrics::HttpServer::Start(
+            config.metrics_listen, running->registry.get(),
+            [r, backend]() -> absl::Status {
+              if (r->draining.load()) {
+                return absl::UnavailableError(
+                    "draining: the server is shutting down");
+              }
+              if (!r->serving.load()) {
+                return absl::UnavailableError("starting");
+              }
+              return backend->Health();
+            });
     if (!http.ok()) return http.status();
     running->metrics_http = std::move(*http);
     running->metrics_port = running->metrics_http->port();
@@ -314,6 +327,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                           config.max_message_bytes));
     running->http_port = running->http->port();
   }
+  running->serving.store(true);
   return running;
 }
 

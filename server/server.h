@@ -13,6 +13,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,13 @@ struct RunningServer {
   // above the client's default 4 MiB need args.SetMaxReceiveMessageSize.
   std::shared_ptr<grpc::Channel> InProcessChannel(
       const grpc::ChannelArguments& args = grpc::ChannelArguments());
+
+  // Readiness for the metrics port's /readyz: set once BuildServer has
+  // started every service, and once a drain began (the caller sets it, with
+  // the health service's Shutdown). Declared first: read until metrics_http
+  // stops.
+  std::atomic<bool> serving{false};
+  std::atomic<bool> draining{false};
 
   // Members are destroyed in reverse order: grpc::Server's destructor
   // drains in-flight calls into the service, which reports to metrics, which

@@ -41,14 +41,38 @@ int LogMessage(const mg_connection* /*conn*/, const char* message) {
   return 1;
 }
 
+// GET or HEAD, else 405 (answered here); true when the request may go on.
+bool GetOrHead(mg_connection* conn, bool* head) {
+  const mg_request_info* request = mg_get_request_info(conn);
+  *head = std::strcmp(request->request_method, "HEAD") == 0;
+  if (!*head && std::strcmp(request->request_method, "GET") != 0) {
+    mg_send_http_error(conn, 405, "%s", "only GET and HEAD\n");
+    return false;
+  }
+  return true;
+}
+
+int SendText(mg_connection* conn, int status, bool head,
+             const std::string& body) {
+  mg_response_header_start(conn, status);
+  mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
+  const std::string length = absl::StrCat(body.size());
+  mg_response_header_add(conn, "Content-Length", length.c_str(), -1);
+  mg_response_header_send(conn);
+  if (!head) mg_write(conn, body.data(), body.size());
+  return status;
+}
+
+int HandleHealth(mg_connection* conn, void* /*data*/) {
+  bool head = false;
+  if (!GetOrHead(conn, &head)) return 405;
+  return SendText(conn, 200, head, "ok\n");
+}
+
 int HandleMetrics(mg_connection* conn, void* data) {
   const auto* registry = static_cast<const Registry*>(data);
-  const mg_request_info* request = mg_get_request_info(conn);
-  const bool head = std::strcmp(request->request_method, "HEAD") == 0;
-  if (!head && std::strcmp(request->request_method, "GET") != 0) {
-    mg_send_http_error(conn, 405, "%s", "only GET and HEAD\n");
-    return 405;
-  }
+  bool head = false;
+  if (!GetOrHead(conn, &head)) return 405;
   const std::string body = registry->Serialize();
   mg_send_http_ok(conn, kContentType, static_cast<long long>(body.size()));
   if (!head) mg_write(conn, body.data(), body.size());
@@ -57,8 +81,19 @@ int HandleMetrics(mg_connection* conn, void* data) {
 
 }  // namespace
 
+int HttpServer::HandleReady(mg_connection* conn, void* self) {
+  bool head = false;
+  if (!GetOrHead(conn, &head)) return 405;
+  const auto& ready = static_cast<const HttpServer*>(self)->ready_;
+  const absl::Status status = ready ? ready() : absl::OkStatus();
+  if (status.ok()) return SendText(conn, 200, head, "ready\n");
+  return SendText(conn, 503, head,
+                  absl::StrCat("not ready: ", status.message(), "\n"));
+}
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    absl::string_view address, const Registry* registry) {
+    absl::string_view address, const Registry* registry,
+    std::function<absl::Status()> ready) {
   // civetweb wants its process-wide state set up once, before mg_start.
   static absl::once_flag init_once;
   absl::call_once(init_once, [] { mg_init_library(0); });
@@ -77,7 +112,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = LogMessage;
-  auto server = std::unique_ptr<HttpServer>(new HttpServer(registry));
+  auto server =
+      std::unique_ptr<HttpServer>(new HttpServer(registry, std::move(ready)));
   mg_init_data init = {&callbacks, nullptr, options};
   char error_text[256] = "";
   unsigned error_code = 0;
@@ -96,6 +132,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   server->port_ = bound[0].port;
   mg_set_request_handler(server->context_, "/metrics$", HandleMetrics,
                          const_cast<Registry*>(registry));
+  mg_set_request_handler(server->context_, "/healthz$", HandleHealth, nullptr);
+  mg_set_request_handler(server->context_, "/readyz$", &HttpServer::HandleReady,
+                         server.get());
   return server;
 }
 

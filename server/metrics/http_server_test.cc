@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,6 +23,7 @@
 namespace coalesce::metrics {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -72,7 +74,11 @@ class HttpServerTest : public testing::Test {
         .Add({"gemm"})
         .Increment(7);
     absl::StatusOr<std::unique_ptr<HttpServer>> server =
-        HttpServer::Start("127.0.0.1:0", registry_);
+        HttpServer::Start("127.0.0.1:0", registry_, [] {
+          return ready_.load()
+                     ? absl::OkStatus()
+                     : absl::UnavailableError("draining: shutting down");
+        });
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
     ASSERT_GT(server_->port(), 0);
@@ -84,6 +90,7 @@ class HttpServerTest : public testing::Test {
 
   static Registry* registry_;
   static HttpServer* server_;
+  static inline std::atomic<bool> ready_{true};
 };
 
 Registry* HttpServerTest::registry_ = nullptr;
@@ -105,6 +112,28 @@ TEST_F(HttpServerTest, HeadSendsHeadersOnly) {
   const std::string response = Fetch(server_->port(), "HEAD", "/metrics");
   EXPECT_THAT(response, StartsWith("HTTP/1.0 200 OK\r\n"));
   EXPECT_THAT(response, EndsWith("\r\n\r\n"));
+}
+
+TEST_F(HttpServerTest, HealthzIsLiveAndReadyzFollowsReadiness) {
+  EXPECT_THAT(
+      Fetch(server_->port(), "GET", "/healthz"),
+      AllOf(StartsWith("HTTP/1.0 200 OK\r\n"), EndsWith("\r\n\r\nok\n")));
+  EXPECT_THAT(
+      Fetch(server_->port(), "GET", "/readyz"),
+      AllOf(StartsWith("HTTP/1.0 200 OK\r\n"), EndsWith("\r\n\r\nready\n")));
+  ready_.store(false);
+  const std::string draining = Fetch(server_->port(), "GET", "/readyz");
+  ready_.store(true);
+  EXPECT_THAT(draining, StartsWith("HTTP/1.0 503"));
+  EXPECT_THAT(draining,
+              EndsWith("\r\n\r\nnot ready: draining: shutting down\n"));
+  // Still live while not ready.
+  EXPECT_THAT(Fetch(server_->port(), "HEAD", "/healthz"),
+              AllOf(StartsWith("HTTP/1.0 200 OK\r\n"), EndsWith("\r\n\r\n")));
+  EXPECT_THAT(Fetch(server_->port(), "POST", "/readyz"),
+              StartsWith("HTTP/1.0 405"));
+  EXPECT_THAT(Fetch(server_->port(), "GET", "/readyz/x"),
+              StartsWith("HTTP/1.0 404"));
 }
 
 TEST_F(HttpServerTest, OtherPathsAndMethodsAreRefused) {
