@@ -123,27 +123,31 @@ void AddSelectionMetrics(metrics::Registry* registry,
 // scrapes.
 void AddSchedulerMetrics(metrics::Registry* registry,
                          const Scheduler* scheduler,
-                         const SchedulerOptions& options) {
+                         const SchedulerOptions& options,
+                         const DeviceInfo& device) {
+  const std::vector<std::string> names = metrics::DeviceLabelNames();
+  const std::vector<std::string> values = metrics::DeviceLabelValues(device);
   metrics::Gauge& queued =
       registry
           ->AddGauge("coalesce_device_queue_requests",
-                     "Requests admitted and waiting for the device.", {})
-          .Add({});
+                     "Requests admitted and waiting for the device.", names)
+          .Add(values);
   metrics::Gauge& queued_bytes =
       registry
           ->AddGauge("coalesce_device_queue_bytes",
-                     "Bytes of the requests waiting for the device.", {})
-          .Add({});
+                     "Bytes of the requests waiting for the device.", names)
+          .Add(values);
   metrics::Gauge& running =
       registry
           ->AddGauge("coalesce_device_in_flight_requests",
-                     "Requests running on the device now.", {})
-          .Add({});
+                     "Requests running on the device now.", names)
+          .Add(values);
   metrics::Gauge& slots =
       registry
           ->AddGauge("coalesce_device_max_in_flight_requests",
-                     "Requests the device runs at once (--max_in_flight).", {})
-          .Add({});
+                     "Requests the device runs at once (--max_in_flight).",
+                     names)
+          .Add(values);
   slots.Set(options.max_in_flight);
   registry->AddCollectHook([&queued, &queued_bytes, &running, scheduler] {
     const Scheduler::Stats s = scheduler->stats();
@@ -273,7 +277,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                                                ":", backend->device().ordinal),
                                   scheduling);
   AddSchedulerMetrics(running->registry.get(), running->scheduler.get(),
-                      scheduling);
+                      scheduling, backend->device());
   running->service = std::make_unique<TensorOpsService>(
       backend, service_config, std::move(backend_reason),
       running->metrics.get(), running->selector.get(), running->tensors.get(),

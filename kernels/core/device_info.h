@@ -18,6 +18,11 @@ struct DeviceInfo {
   BackendKind backend = BackendKind::kCpu;
   std::string name;
   int ordinal = 0;
+  // CUDA: the GPU's UUID as nvidia-smi and DCGM print it ("GPU-" and 32 hex
+  // digits in 8-4-4-4-12 groups); empty on the CPU.
+  std::string uuid;
+  // CUDA: the runtime the server was built with ("13.0"); empty on the CPU.
+  std::string runtime_version;
   int cc_major = 0;
   int cc_minor = 0;
   int multiprocessors = 0;  // SMs, or CPU threads

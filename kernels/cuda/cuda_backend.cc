@@ -641,6 +641,15 @@ absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
   d.backend = BackendKind::kCuda;
   d.name = prop.name;
   d.ordinal = ordinal;
+  d.uuid = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) d.uuid += '-';
+    absl::StrAppend(&d.uuid,
+                    absl::Hex(static_cast<unsigned char>(prop.uuid.bytes[i]),
+                              absl::kZeroPad2));
+  }
+  d.runtime_version =
+      absl::StrCat(CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10);
   d.cc_major = prop.major;
   d.cc_minor = prop.minor;
   d.multiprocessors = prop.multiProcessorCount;

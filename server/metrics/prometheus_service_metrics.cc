@@ -19,6 +19,17 @@
 #include "spdlog/spdlog.h"
 
 namespace coalesce::metrics {
+
+std::vector<std::string> DeviceLabelNames() {
+  return {"device", "gpu", "gpu_uuid"};
+}
+
+std::vector<std::string> DeviceLabelValues(const DeviceInfo& device) {
+  const bool cuda = device.backend == BackendKind::kCuda;
+  return {device.name, cuda ? absl::StrCat(device.ordinal) : "",
+          cuda ? device.uuid : ""};
+}
+
 namespace {
 
 constexpr int kNumDTypes = 3;
@@ -210,15 +221,15 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                         "Kernel time of every warm run on the device, in "
                         "seconds; its rate is the fraction of the time the "
                         "device ran kernels (above 1 when runs overlap).",
-                        {})
-           .Add({});
+                        DeviceLabelNames())
+           .Add(DeviceLabelValues(backend.device()));
   Gauge& busy =
       registry
           ->AddGauge("coalesce_device_busy_ratio",
                      "Kernel time over wall time since the previous scrape "
                      "(rate of coalesce_device_kernel_seconds_total).",
-                     {})
-          .Add({});
+                     DeviceLabelNames())
+          .Add(DeviceLabelValues(backend.device()));
   registry->AddCollectHook(
       [&busy, kernel = device_kernel_seconds_,
        last =
@@ -318,11 +329,12 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   }
 
   // ---- Device and build.
-  const std::vector<std::string> device_label = {device.name};
+  const std::vector<std::string> device_label = DeviceLabelValues(device);
   const bool cpu = device.backend == BackendKind::kCpu;
   Family<Gauge>& memory_total = registry->AddGauge(
       "coalesce_device_memory_total_bytes",
-      "Memory of the device (host MemTotal for the CPU backend).", {"device"});
+      "Memory of the device (host MemTotal for the CPU backend).",
+      DeviceLabelNames());
   memory_total.Add(device_label)
       .Set(static_cast<double>(cpu ? HostMemoryBytes() : device.memory_bytes));
   if (cpu) {
@@ -333,14 +345,14 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                       ->AddGauge("coalesce_device_memory_used_bytes",
                                  "Device memory in use (the process's "
                                  "resident set for the CPU backend).",
-                                 {"device"})
+                                 DeviceLabelNames())
                       .Add(device_label);
     registry->AddCollectHook([&used] { used.Set(ProcessResidentBytes()); });
     registry
         ->AddGauge("coalesce_device_pinned_staging_bytes",
                    "Pinned host memory held for staging copies (0: the CPU "
                    "backend stages nothing).",
-                   {"device"})
+                   DeviceLabelNames())
         .Add(device_label)
         .Set(0);
   } else {
@@ -350,19 +362,19 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                       ->AddGauge("coalesce_device_memory_used_bytes",
                                  "Device memory in use, by every process "
                                  "(cudaMemGetInfo).",
-                                 {"device"})
+                                 DeviceLabelNames())
                       .Add(device_label);
     Gauge& pool = registry
                       ->AddGauge("coalesce_device_pool_reserved_bytes",
                                  "Device memory held by the server's "
                                  "stream-ordered allocation pool.",
-                                 {"device"})
+                                 DeviceLabelNames())
                       .Add(device_label);
     Gauge& pinned = registry
                         ->AddGauge("coalesce_device_pinned_staging_bytes",
                                    "Pinned host memory held for staging "
                                    "copies.",
-                                   {"device"})
+                                   DeviceLabelNames())
                         .Add(device_label);
     const Backend* b = &backend;
     registry->AddCollectHook([&used, &pool, &pinned, b] {
@@ -379,16 +391,16 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
         ->AddGauge("coalesce_device_copy_peak_bytes_per_second",
                    "Device copy bandwidth (read + write) measured at "
                    "start-up: the peak the utilization ratio divides by.",
-                   {"device"})
+                   DeviceLabelNames())
         .Add(device_label)
         .Set(device.measured_copy_bandwidth);
   }
   registry
       ->AddGauge("coalesce_build_info",
                  "Build and backend of this server (value 1).",
-                 {"version", "git_sha", "backend"})
+                 {"version", "git_sha", "backend", "cuda_runtime"})
       .Add({COALESCE_VERSION, COALESCE_GIT_SHA,
-            std::string(BackendName(device.backend))})
+            std::string(BackendName(device.backend)), device.runtime_version})
       .Set(1);
 }
 

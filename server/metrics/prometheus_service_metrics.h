@@ -19,6 +19,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
@@ -27,6 +29,12 @@
 #include "server/metrics/service_metrics.h"
 
 namespace coalesce::metrics {
+
+// The labels of every device-scoped series: "device" (the name), "gpu" (the
+// CUDA ordinal) and "gpu_uuid", as DCGM-exporter's gpu and UUID, so that the
+// two join; gpu and gpu_uuid are empty on the CPU backend.
+std::vector<std::string> DeviceLabelNames();
+std::vector<std::string> DeviceLabelValues(const DeviceInfo& device);
 
 // Size buckets of the bytes a kernel moves, by powers of four from 1 MiB
 // (below it an H200 kernel is launch-bound whatever its size) to 4 GiB, then

@@ -26,6 +26,7 @@
 namespace coalesce {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -186,19 +187,19 @@ TEST_F(ServiceMetricsTest, SeriesExistBeforeAnyRequest) {
     EXPECT_EQ(
         s.at(Key("coalesce_request_duration_seconds_count", {{"op", op}})), 0);
   }
-  const std::string device = backend_->device().name;
-  EXPECT_GT(
-      s.at(Key("coalesce_device_memory_used_bytes", {{"device", device}})),
-      1 << 20);
-  EXPECT_GT(
-      s.at(Key("coalesce_device_memory_total_bytes", {{"device", device}})),
-      s.at(Key("coalesce_device_memory_used_bytes", {{"device", device}})));
-  EXPECT_EQ(
-      s.at(Key("coalesce_device_pinned_staging_bytes", {{"device", device}})),
-      0);
+  // The CPU backend has no GPU ordinal or UUID: those labels are empty.
+  const Labels device = {
+      {"device", backend_->device().name}, {"gpu", ""}, {"gpu_uuid", ""}};
+  EXPECT_GT(s.at(Key("coalesce_device_memory_used_bytes", device)), 1 << 20);
+  EXPECT_GT(s.at(Key("coalesce_device_memory_total_bytes", device)),
+            s.at(Key("coalesce_device_memory_used_bytes", device)));
+  EXPECT_EQ(s.at(Key("coalesce_device_pinned_staging_bytes", device)), 0);
+  EXPECT_EQ(s.at(Key("coalesce_device_queue_requests", device)), 0);
+  EXPECT_EQ(s.at(Key("coalesce_device_kernel_seconds_total", device)), 0);
   EXPECT_EQ(s.at(Key("coalesce_build_info", {{"version", COALESCE_VERSION},
                                              {"git_sha", COALESCE_GIT_SHA},
-                                             {"backend", "cpu"}})),
+                                             {"backend", "cpu"},
+                                             {"cuda_runtime", ""}})),
             1);
   // Selection counters of every variant, by both sources.
   for (const KernelVariant* v : backend_->registry().All()) {
@@ -210,12 +211,31 @@ TEST_F(ServiceMetricsTest, SeriesExistBeforeAnyRequest) {
                 1u);
     }
   }
-  EXPECT_EQ(s.at(Key("coalesce_device_copy_peak_bytes_per_second",
-                     {{"device", device}})),
+  EXPECT_EQ(s.at(Key("coalesce_device_copy_peak_bytes_per_second", device)),
             backend_->device().measured_copy_bandwidth);
   // Kernel series appear with the first kernel of their combination.
   EXPECT_THAT(server_->registry->Serialize(),
               Not(HasSubstr("coalesce_kernel_seconds_bucket")));
+}
+
+// A GPU's series carry its ordinal and UUID, as DCGM-exporter's gpu and
+// UUID labels do, so that the two join.
+TEST(DeviceLabelsTest, GpuOrdinalAndUuidOnCudaOnly) {
+  DeviceInfo gpu;
+  gpu.backend = BackendKind::kCuda;
+  gpu.name = "NVIDIA H200";
+  gpu.ordinal = 3;
+  gpu.uuid = "GPU-0b5f3c4e-8d7a-6f21-9e0d-1a2b3c4d5e6f";
+  EXPECT_THAT(metrics::DeviceLabelNames(),
+              ElementsAre("device", "gpu", "gpu_uuid"));
+  EXPECT_THAT(metrics::DeviceLabelValues(gpu),
+              ElementsAre("NVIDIA H200", "3",
+                          "GPU-0b5f3c4e-8d7a-6f21-9e0d-1a2b3c4d5e6f"));
+  DeviceInfo cpu;
+  cpu.name = "x86_64 (2 threads)";
+  cpu.uuid = "ignored";
+  EXPECT_THAT(metrics::DeviceLabelValues(cpu),
+              ElementsAre("x86_64 (2 threads)", "", ""));
 }
 
 TEST_F(ServiceMetricsTest, EveryOpIsObserved) {
@@ -418,7 +438,9 @@ TEST_F(ServiceMetricsTest, LaunchFiguresAndCopyPeakWhenTheBackendHasThem) {
       s.at(Key("coalesce_request_d2h_seconds_sum", {{"op", "transpose"}})),
       LaunchingBackend::kD2h);
   EXPECT_EQ(s.at(Key("coalesce_device_copy_peak_bytes_per_second",
-                     {{"device", backend_->device().name}})),
+                     {{"device", backend_->device().name},
+                      {"gpu", ""},
+                      {"gpu_uuid", ""}})),
             LaunchingBackend::kCopyPeak);
 }
 
