@@ -8,9 +8,10 @@
 #include <cstring>
 #include <string>
 
-#include "absl/base/call_once.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "server/metrics/civetweb_start.h"
 #include "spdlog/spdlog.h"
 
 // Debian's civetweb gives its threads fixed 100 KB stacks
@@ -94,42 +95,18 @@ int HttpServer::HandleReady(mg_connection* conn, void* self) {
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     absl::string_view address, const Registry* registry,
     std::function<absl::Status()> ready) {
-  // civetweb wants its process-wide state set up once, before mg_start.
-  static absl::once_flag init_once;
-  absl::call_once(init_once, [] { mg_init_library(0); });
-
-  const std::string ports(address);
   // A client that opens a request and never finishes it holds a worker
   // until request_timeout_ms: with 2 workers, two such clients kept every
   // scrape waiting 10 s. kWorkers leaves scrapes a worker while that many
   // minus one hold half-open requests (http_server_test: 16 of them), and a
   // larger flood delays a scrape by at most the timeout.
-  const std::string workers = absl::StrCat(kWorkers);
-  const std::string timeout_ms = absl::StrCat(kRequestTimeoutMs);
-  const char* options[] = {
-      "listening_ports",    ports.c_str(),      "num_threads", workers.c_str(),
-      "request_timeout_ms", timeout_ms.c_str(), nullptr};
-  mg_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof(callbacks));
-  callbacks.log_message = LogMessage;
+  COALESCE_ASSIGN_OR_RETURN(const CivetwebListener listener,
+                            StartCivetweb(address, "metrics", kWorkers,
+                                          kRequestTimeoutMs, LogMessage));
   auto server =
       std::unique_ptr<HttpServer>(new HttpServer(registry, std::move(ready)));
-  mg_init_data init = {&callbacks, nullptr, options};
-  char error_text[256] = "";
-  unsigned error_code = 0;
-  mg_error_data error = {&error_code, error_text, sizeof(error_text)};
-  server->context_ = mg_start2(&init, &error);
-  if (server->context_ == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on '", address, "': ", error_text,
-                     " (the address is malformed, in use or not local)"));
-  }
-  mg_server_port bound[1];
-  if (mg_get_server_ports(server->context_, 1, bound) != 1) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics on '", address, "': no port bound"));
-  }
-  server->port_ = bound[0].port;
+  server->context_ = listener.context;
+  server->port_ = listener.port;
   mg_set_request_handler(server->context_, "/metrics$", HandleMetrics,
                          const_cast<Registry*>(registry));
   mg_set_request_handler(server->context_, "/healthz$", HandleHealth, nullptr);

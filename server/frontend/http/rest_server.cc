@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/call_once.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -24,6 +23,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/reflection.h"
 #include "nlohmann/json.hpp"
+#include "server/metrics/civetweb_start.h"
 #include "spdlog/spdlog.h"
 
 namespace coalesce {
@@ -851,35 +851,14 @@ RestServer::RestServer(std::shared_ptr<grpc::Channel> channel,
 absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(
     absl::string_view address, std::shared_ptr<grpc::Channel> channel,
     int64_t max_body_bytes) {
-  static absl::once_flag init_once;
-  absl::call_once(init_once, [] { mg_init_library(0); });
-  const std::string ports(address);
-  const std::string workers = absl::StrCat(kWorkers);
-  const std::string timeout_ms = absl::StrCat(kRequestTimeoutMs);
-  const char* options[] = {
-      "listening_ports",    ports.c_str(),      "num_threads", workers.c_str(),
-      "request_timeout_ms", timeout_ms.c_str(), nullptr};
-  mg_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof(callbacks));
-  callbacks.log_message = LogMessage;
+  COALESCE_ASSIGN_OR_RETURN(
+      const metrics::CivetwebListener listener,
+      metrics::StartCivetweb(address, "HTTP", kWorkers, kRequestTimeoutMs,
+                             LogMessage));
   auto server = std::unique_ptr<RestServer>(
       new RestServer(std::move(channel), max_body_bytes));
-  mg_init_data init = {&callbacks, nullptr, options};
-  char error_text[256] = "";
-  unsigned error_code = 0;
-  mg_error_data error = {&error_code, error_text, sizeof(error_text)};
-  server->context_ = mg_start2(&init, &error);
-  if (server->context_ == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve HTTP on '", address, "': ", error_text,
-                     " (the address is malformed, in use or not local)"));
-  }
-  mg_server_port bound[1];
-  if (mg_get_server_ports(server->context_, 1, bound) != 1) {
-    return absl::UnavailableError(
-        absl::StrCat("HTTP on '", address, "': no port bound"));
-  }
-  server->port_ = bound[0].port;
+  server->context_ = listener.context;
+  server->port_ = listener.port;
   mg_set_request_handler(server->context_, "/v2", &RestServer::Handle,
                          server.get());
   return server;
