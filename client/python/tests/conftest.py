@@ -4,7 +4,6 @@ The server binary comes from --server=PATH or COALESCE_SERVER_BINARY; the
 tests refuse to run without one rather than pass on nothing.
 """
 
-import ctypes
 import os
 import re
 import shutil
@@ -27,10 +26,13 @@ def pytest_addoption(parser):
         "COALESCE_SERVER_BINARY", ""), help="path to coalesce-server")
 
 
-def _die_with_parent():
-    # The server gets SIGKILL if pytest dies without tearing it down.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+# The server gets SIGKILL if pytest dies without tearing it down: setpriv
+# (util-linux) sets PR_SET_PDEATHSIG in the child, which keeps it across
+# exec. Not a preexec_fn: that makes subprocess fork the whole interpreter,
+# grpcio's threads included, and some such children failed before their
+# exec (grpc's "epoll_wait error: Bad file descriptor", then no server).
+_DIE_WITH_PARENT = (["setpriv", "--pdeathsig", "KILL"]
+                    if shutil.which("setpriv") else [])
 
 
 class Server:
@@ -41,14 +43,14 @@ class Server:
         self.workdir = workdir
         self.log_path = os.path.join(workdir, "stderr.txt")
         self.unix_socket = os.path.join(workdir, "coalesce.sock")
-        argv = [binary, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+        argv = [*_DIE_WITH_PARENT, binary, "--listen=127.0.0.1:0",
+                "--metrics_listen=127.0.0.1:0",
                 "--device=cpu", "--threads=2",
                 f"--unix_socket={self.unix_socket}", *flags]
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                preexec_fn=_die_with_parent)
+                argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
         self.port = None
         self._metrics_port = None
         self.http_port = None
