@@ -11,6 +11,22 @@ import sys
 import tempfile
 
 
+def run_bench(bench_bin, path, flags):
+    """coalesce-bench service with flags, 2 workers, 20 timed requests per
+    phase and no warm-up; its JSON, or None (said why) when it failed."""
+    run = subprocess.run(
+        [bench_bin, "service", *flags, "--concurrency=2", "--count=20",
+         "--warmup_s=0", "--json=" + path],
+        capture_output=True, text=True, timeout=120)
+    print(run.stdout)
+    print(run.stderr[-2000:])
+    if run.returncode != 0:
+        print("bench %s exit %d" % (" ".join(flags), run.returncode))
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def main():
     server_bin, bench_bin = sys.argv[1], sys.argv[2]
     sockets = tempfile.TemporaryDirectory()
@@ -32,36 +48,19 @@ def main():
             return 1
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "out.json")
-            run = subprocess.run(
-                [bench_bin, "service", "--server=127.0.0.1:" + match.group(1),
-                 "--shm_server=unix:" + sock,
-                 "--metrics=127.0.0.1:" + metrics.group(1),
-                 "--op=transpose,gelu-ln",
-                 "--transport=inline,handle,pipeline,shm",
-                 "--bytes=16384", "--concurrency=2", "--count=20",
-                 "--warmup_s=0", "--json=" + path],
-                capture_output=True, text=True, timeout=120)
-            print(run.stdout)
-            print(run.stderr[-2000:])
-            if run.returncode != 0:
-                print("bench exit %d" % run.returncode)
-                return 1
-            with open(path) as f:
-                doc = json.load(f)
+            target = "--server=127.0.0.1:" + match.group(1)
+            doc = run_bench(bench_bin, path, [
+                target, "--shm_server=unix:" + sock,
+                "--metrics=127.0.0.1:" + metrics.group(1),
+                "--op=transpose,gelu-ln",
+                "--transport=inline,handle,pipeline,shm", "--bytes=16384"])
             # The other ops with every operand a KServe v2 client sends.
-            more = subprocess.run(
-                [bench_bin, "service", "--server=127.0.0.1:" + match.group(1),
-                 "--op=gemm,convert-layout,gelu-ln", "--all_operands",
-                 "--transport=inline", "--bytes=65536", "--concurrency=2",
-                 "--count=20", "--warmup_s=0", "--json=" + path],
-                capture_output=True, text=True, timeout=120)
-            print(more.stdout)
-            print(more.stderr[-2000:])
-            if more.returncode != 0:
-                print("bench (gemm, convert-layout) exit %d" % more.returncode)
+            more = run_bench(bench_bin, path, [
+                target, "--op=gemm,convert-layout,gelu-ln", "--all_operands",
+                "--transport=inline", "--bytes=65536"])
+            if doc is None or more is None:
                 return 1
-            with open(path) as f:
-                more_results = json.load(f)["results"]
+            more_results = more["results"]
         if {r["op"] for r in more_results} != {
                 "echo", "gemm", "convert-layout", "gelu-ln"} or any(
                     r["errors"] or r["requests"] < 20 or

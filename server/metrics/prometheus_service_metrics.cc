@@ -146,6 +146,9 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                                                    const Backend& backend)
     : have_copy_peak_(backend.device().measured_copy_bandwidth > 0) {
   const DeviceInfo& device = backend.device();
+  // Every coalesce_device_* series is labelled by these.
+  const std::vector<std::string> device_labels = DeviceLabelNames();
+  const std::vector<std::string> device_label = DeviceLabelValues(device);
 
   // ---- Requests.
   Family<Counter>& requests = registry->AddCounter(
@@ -221,15 +224,15 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                         "Kernel time of every warm run on the device, in "
                         "seconds; its rate is the fraction of the time the "
                         "device ran kernels (above 1 when runs overlap).",
-                        DeviceLabelNames())
-           .Add(DeviceLabelValues(backend.device()));
+                        device_labels)
+           .Add(device_label);
   Gauge& busy =
       registry
           ->AddGauge("coalesce_device_busy_ratio",
                      "Kernel time over wall time since the previous scrape "
                      "(rate of coalesce_device_kernel_seconds_total).",
-                     DeviceLabelNames())
-          .Add(DeviceLabelValues(backend.device()));
+                     device_labels)
+          .Add(device_label);
   registry->AddCollectHook(
       [&busy, kernel = device_kernel_seconds_,
        last =
@@ -329,12 +332,11 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   }
 
   // ---- Device and build.
-  const std::vector<std::string> device_label = DeviceLabelValues(device);
   const bool cpu = device.backend == BackendKind::kCpu;
   Family<Gauge>& memory_total = registry->AddGauge(
       "coalesce_device_memory_total_bytes",
       "Memory of the device (host MemTotal for the CPU backend).",
-      DeviceLabelNames());
+      device_labels);
   memory_total.Add(device_label)
       .Set(static_cast<double>(cpu ? HostMemoryBytes() : device.memory_bytes));
   if (cpu) {
@@ -345,14 +347,14 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                       ->AddGauge("coalesce_device_memory_used_bytes",
                                  "Device memory in use (the process's "
                                  "resident set for the CPU backend).",
-                                 DeviceLabelNames())
+                                 device_labels)
                       .Add(device_label);
     registry->AddCollectHook([&used] { used.Set(ProcessResidentBytes()); });
     registry
         ->AddGauge("coalesce_device_pinned_staging_bytes",
                    "Pinned host memory held for staging copies (0: the CPU "
                    "backend stages nothing).",
-                   DeviceLabelNames())
+                   device_labels)
         .Add(device_label)
         .Set(0);
   } else {
@@ -362,19 +364,19 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                       ->AddGauge("coalesce_device_memory_used_bytes",
                                  "Device memory in use, by every process "
                                  "(cudaMemGetInfo).",
-                                 DeviceLabelNames())
+                                 device_labels)
                       .Add(device_label);
     Gauge& pool = registry
                       ->AddGauge("coalesce_device_pool_reserved_bytes",
                                  "Device memory held by the server's "
                                  "stream-ordered allocation pool.",
-                                 DeviceLabelNames())
+                                 device_labels)
                       .Add(device_label);
     Gauge& pinned = registry
                         ->AddGauge("coalesce_device_pinned_staging_bytes",
                                    "Pinned host memory held for staging "
                                    "copies.",
-                                   DeviceLabelNames())
+                                   device_labels)
                         .Add(device_label);
     const Backend* b = &backend;
     registry->AddCollectHook([&used, &pool, &pinned, b] {
@@ -391,7 +393,7 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
         ->AddGauge("coalesce_device_copy_peak_bytes_per_second",
                    "Device copy bandwidth (read + write) measured at "
                    "start-up: the peak the utilization ratio divides by.",
-                   DeviceLabelNames())
+                   device_labels)
         .Add(device_label)
         .Set(device.measured_copy_bandwidth);
   }

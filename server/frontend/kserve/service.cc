@@ -1721,11 +1721,9 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
         " backend (use system shared memory, or send the tensors inline)"));
   } else if (status.ok() &&
              request->device_id() != backend_->device().ordinal) {
-    status = absl::InvalidArgumentError(
-        absl::StrCat("device_id: ", request->device_id(),
-                     ", but this server runs on CUDA "
-                     "device ",
-                     backend_->device().ordinal));
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "device_id: ", request->device_id(),
+        ", but this server runs on CUDA device ", backend_->device().ordinal));
   } else if (status.ok()) {
     // The registry checks the gate, the caller and the name before the
     // handle is opened, and the size after.

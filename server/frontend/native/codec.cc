@@ -87,7 +87,7 @@ struct Resolved {
   // resident memory, which the host may not be able to read (device
   // memory).
   std::vector<const void*> resident;
-  // Pointers into CUDA regions (device memory).
+  // Output pointers into CUDA regions (device memory).
   std::vector<const void*> device_outputs;
 };
 
@@ -145,8 +145,8 @@ absl::StatusOr<char*> ResolveSharedMemory(const v1::SharedMemoryRef& ref,
   char* data = (*region)->data() + ref.offset();
   if ((*region)->on_device()) {
     // A CUDA region: device memory, used in place like a stored tensor's.
-    if (!is_output) o.resolved->resident.push_back(data);
-    o.resolved->device_outputs.push_back(data);
+    (is_output ? o.resolved->device_outputs : o.resolved->resident)
+        .push_back(data);
   }
   o.resolved->shared_memory.push_back(*region);
   o.resolved->keep_alive.push_back(std::move(*region));
