@@ -3,11 +3,12 @@
 
   bench/kserve_compare.py OUT_DIR
 
-reads OUT_DIR/kserve-MODEL-BYTES-CONC-native.json (coalesce-bench service on
-coalesce.v1; identity against its Echo row) and -v2.csv (perf_analyzer over
-KServe v2 gRPC, same inputs) and prints a Markdown table: each side's
-requests/s and median latency, and v2 over native (target 0.95). Exits 1
-when a case lacks either file or its figures."""
+reads OUT_DIR/kserve-MODEL-BYTES-CONC-native[-ROUND].json (coalesce-bench
+service on coalesce.v1; identity against its Echo row) and -v2[-ROUND].csv
+(perf_analyzer over KServe v2 gRPC, same inputs) and prints a Markdown
+table: each side's best round (requests/s, and that round's median
+latency), and v2 over native (target 0.95). Exits 1 when a case lacks
+either side or a round's figures."""
 import csv
 import glob
 import json
@@ -26,7 +27,8 @@ def native(path, model):
         if (r["op"] == "echo") == (want == "echo"):
             if r.get("errors"):
                 return None
-            return r["requests_per_second"], r["p50_ms"] * 1e3
+            return (r["requests_per_second"],
+                    r["latency_ms"]["p50"] * 1e3)
     return None
 
 
@@ -37,6 +39,14 @@ def v2(path):
         return None
     r = rows[-1]
     return float(r["Inferences/Second"]), float(r["p50 latency"])
+
+
+def best(paths, read):
+    """The round with the most requests/s; None if any round failed."""
+    rounds = [read(p) for p in sorted(paths)]
+    if not rounds or any(r is None for r in rounds):
+        return None
+    return max(rounds)
 
 
 def main(out):
@@ -62,8 +72,9 @@ def main(out):
         base = os.path.join(out, f"kserve-{model}-{size}-{conc}")
         n = v = None
         try:
-            n = native(base + "-native.json", model)
-            v = v2(base + "-v2.csv")
+            n = best(glob.glob(base + "-native*.json"),
+                     lambda p: native(p, model))
+            v = best(glob.glob(base + "-v2*.csv"), v2)
         except (OSError, KeyError, ValueError) as e:
             print(f"{base}: {e}", file=sys.stderr)
         label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"

@@ -16,16 +16,16 @@ import kserve_compare  # noqa: E402
 CSV_HEAD = "Concurrency,Inferences/Second,Client Send,p50 latency,p90 latency\n"
 
 
-def write_case(d, model, size, conc, native_rps, v2_rps, v2=True):
+def write_case(d, model, size, conc, native_rps, v2_rps, v2=True, round=""):
     base = os.path.join(d, f"kserve-{model}-{size}-{conc}")
-    rows = [{"op": "echo", "requests_per_second": 9000.0, "p50_ms": 0.1,
+    rows = [{"op": "echo", "requests_per_second": 9000.0, "latency_ms": {"p50": 0.1},
              "errors": 0},
             {"op": "transpose", "requests_per_second": native_rps,
-             "p50_ms": 0.2, "errors": 0}]
-    with open(base + "-native.json", "w") as f:
+             "latency_ms": {"p50": 0.2}, "errors": 0}]
+    with open(base + f"-native{round}.json", "w") as f:
         json.dump({"results": rows}, f)
     if v2:
-        with open(base + "-v2.csv", "w") as f:
+        with open(base + f"-v2{round}.csv", "w") as f:
             f.write(CSV_HEAD + f"{conc},{v2_rps},10,250,300\n")
 
 
@@ -54,6 +54,15 @@ class KserveCompareTest(unittest.TestCase):
         self.assertIn("below 0.95x: transpose 16 MiB x64", text)
         # identity first, then transpose by size.
         self.assertLess(text.index("| identity"), text.index("| transpose"))
+
+    def test_best_round_of_each_side(self):
+        with tempfile.TemporaryDirectory() as d:
+            write_case(d, "gemm", 65536, 1, 4000.0, 3000.0)
+            write_case(d, "gemm", 65536, 1, 3500.0, 3900.0, round="-2")
+            code, text = run(d)
+        self.assertEqual(code, 0)
+        self.assertIn("| gemm | 64 KiB | 1 | 4000 (200) | 3900 (250) | "
+                      "0.975x |", text)
 
     def test_missing_perf_analyzer_file_fails(self):
         with tempfile.TemporaryDirectory() as d:

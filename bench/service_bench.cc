@@ -87,9 +87,10 @@ ABSL_FLAG(std::string, op, "transpose",
           "A [R, C] (the --shape) times B [C, R]; convert-layout: NCHW (a "
           "rank-4 --shape) to NHWC; both inline only");
 ABSL_FLAG(bool, all_operands, false,
-          "service mode: gelu-ln also sends bias, residual, gamma and beta, "
-          "gemm also sends C (beta 0), as a KServe v2 client sends every "
-          "input a model lists; inline only");
+          "service mode: gelu-ln also sends bias, residual, gamma and beta "
+          "and asks for h too, gemm also sends C (beta 0), as a KServe v2 "
+          "client (perf_analyzer) sends every input and asks for every "
+          "output a model lists; inline only");
 ABSL_FLAG(std::string, transport, "inline",
           "service mode: comma-separated transports (inline, handle, "
           "pipeline, shm)");
@@ -501,6 +502,7 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
       *request->mutable_residual() = operand(*shape, 4000 + w);
       *request->mutable_gamma() = operand({hidden}, 5000 + w);
       *request->mutable_beta() = operand({hidden}, 6000 + w);
+      request->set_return_pre_norm(true);
     }
     *request->mutable_x() = std::move(input);
     PlaceOutput(p.transport, region, output_offset, p.tensor_bytes,

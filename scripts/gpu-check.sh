@@ -75,7 +75,11 @@
 #             (KSERVE_CONCURRENCY), perf_analyzer over gRPC (the bundle's,
 #             from tritonclient 2.41) beside coalesce-bench service on
 #             coalesce.v1 with the same inputs (identity: Echo), inline,
-#             KSERVE_DURATION seconds per window (default 3);
+#             KSERVE_DURATION seconds per window (default 3), KSERVE_ROUNDS
+#             rounds alternating the two (default 1; the best of each
+#             side is compared), KSERVE_CASES: MODEL-BYTES names to run
+#             (e.g. "gemm-65536 transpose-16777216"; default all); the
+#             server queues up to 8 GiB (64 requests of 32 MiB);
 #             bench/kserve_compare.py tables them: kserve.md
 #   tune      the selection quality sweep: a server on this GPU, `coalesce tune`
 #             over TUNE_SHAPES (default 200) random shapes per op: heuristic
@@ -492,28 +496,37 @@ if has kserve; then
     echo "kserve: no perf_analyzer in the bundle (BUNDLE_PERF_ANALYZER=1)"
     status=1
   else
-    server_flags=() server_suffix=-kserve
+    # 64 requests of 32 MiB (GELU-LN's x and residual) must all queue.
+    server_flags=(--max_queue_bytes=8589934592) server_suffix=-kserve
     serve_profiled
     duration=${KSERVE_DURATION:-3}
     # model native-op bytes shape perf_analyzer-flags (| for spaces)
     while read -r model op bytes shape pa_flags; do
       [ -n "$model" ] || continue
+      if [ -n "${KSERVE_CASES:-}" ] &&
+        ! grep -qw -- "$model-$bytes" <<<"$KSERVE_CASES"; then
+        continue
+      fi
       for conc in ${KSERVE_CONCURRENCY:-1 64}; do
-        name=kserve-$model-$bytes-$conc
-        extra=()
-        [ "$op" = echo ] || extra=(--shape="$shape" --all_operands)
-        "$bin/coalesce-bench" service --server="127.0.0.1:$port" --op="$op" \
-          --transport=inline --bytes="$bytes" --concurrency="$conc" \
-          --duration_s="$duration" --warmup_s=0.5 "${extra[@]}" \
-          --json="$out/$name-native.json" >/dev/null 2>>"$out/kserve.log" ||
-          status=1
-        # shellcheck disable=SC2046  # the flags are words
-        LD_LIBRARY_PATH=$PWD/gpu-bundle/perf_analyzer/lib:$LD_LIBRARY_PATH \
-          "$pa" -m "$model" -i grpc -u "127.0.0.1:$port" \
-          $(tr '|' ' ' <<<"$pa_flags") --concurrency-range "$conc" \
-          --measurement-interval "$((duration * 1000))" \
-          --stability-percentage 999 -f "$out/$name-v2.csv" \
-          >"$out/$name-v2.txt" 2>&1 || { status=1; tail -5 "$out/$name-v2.txt"; }
+        for round in $(seq "${KSERVE_ROUNDS:-1}"); do
+          name=kserve-$model-$bytes-$conc
+          r=; [ "$round" = 1 ] || r=-$round
+          extra=()
+          [ "$op" = echo ] || extra=(--shape="$shape" --all_operands)
+          "$bin/coalesce-bench" service --server="127.0.0.1:$port" --op="$op" \
+            --transport=inline --bytes="$bytes" --concurrency="$conc" \
+            --duration_s="$duration" --warmup_s=0.5 "${extra[@]}" \
+            --json="$out/$name-native$r.json" >/dev/null \
+            2>>"$out/kserve.log" || status=1
+          # shellcheck disable=SC2046  # the flags are words
+          LD_LIBRARY_PATH=$PWD/gpu-bundle/perf_analyzer/lib:$LD_LIBRARY_PATH \
+            "$pa" -m "$model" -i grpc -u "127.0.0.1:$port" \
+            $(tr '|' ' ' <<<"$pa_flags") --concurrency-range "$conc" \
+            --measurement-interval "$((duration * 1000))" \
+            --stability-percentage 999 -f "$out/$name-v2$r.csv" \
+            >"$out/$name-v2$r.txt" 2>&1 ||
+            { status=1; tail -5 "$out/$name-v2$r.txt"; }
+        done
         echo "-- $model $bytes B x$conc done"
       done
     done <<EOF
@@ -528,6 +541,15 @@ gelu_layer_norm gelu-ln 16777216 4096,1024 --shape|x:4096,1024|--shape|bias:1024
 gemm gemm 65536 128,128 --shape|a:128,128|--shape|b:128,128|--shape|c:128,128
 gemm gemm 16777216 2048,2048 --shape|a:2048,2048|--shape|b:2048,2048|--shape|c:2048,2048
 EOF
+    # The server's view of the run, and its gpu_uuid against nvidia-smi's.
+    scrape >"$out/server-kserve-metrics.txt"
+    uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+    if grep -q "gpu_uuid=\"$uuid\"" "$out/server-kserve-metrics.txt"; then
+      echo "gpu_uuid on /metrics = nvidia-smi's ($uuid)"
+    else
+      echo "gpu_uuid on /metrics is not nvidia-smi's $uuid"
+      status=1
+    fi
     kill "$server_pid"
     wait "$server_pid" 2>/dev/null
     server_flags=() server_suffix=
