@@ -330,7 +330,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
         running->http,
         RestServer::Start(config.http_listen,
                           running->server->InProcessChannel(args),
-                          config.max_message_bytes));
+                          config.max_message_bytes, config.access_log));
     running->http_port = running->http->port();
   }
   running->serving.store(true);
