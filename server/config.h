@@ -15,6 +15,8 @@
 
 namespace coalesce {
 
+class AccessLog;
+
 // TLS on the gRPC port: PEM files. cert and key together turn TLS on;
 // client_ca also requires and verifies a client certificate (mTLS), whose
 // subject's common name is then the caller's identity.
@@ -101,6 +103,10 @@ struct ServerConfig {
   // Initial HTTP/2 stream flow-control window in bytes (gRPC's
   // lookahead; BDP probing grows it from there).
   int stream_window_bytes = 8 << 20;
+  // Where each gRPC and REST call's line goes (server/logging/
+  // access_log.h); not owned, must outlive the server. Null: no access log
+  // (request ids are still resolved and returned).
+  AccessLog* access_log = nullptr;
 };
 
 // protobuf `bytes` fields hold at most 2^31 - 1 bytes.

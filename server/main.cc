@@ -34,9 +34,10 @@
 #include "base/quote.h"
 #include "kernels/backends.h"
 #include "server/auth/token_file.h"
+#include "server/logging/access_log.h"
+#include "server/logging/log.h"
 #include "server/metrics/profile_sampling.h"
 #include "server/server.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -56,6 +57,16 @@ ABSL_FLAG(double, profile_sampling_fraction,
           coalesce::kDefaultProfileSamplingFraction,
           "with --profile_sampling=sampled, the fraction of kernel launches "
           "sampled, in (0, 1]: every round(1/fraction)-th launch");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace | debug | info | warn | error | critical | off: the least "
+          "severe log line written (stderr); debug adds a line per call");
+ABSL_FLAG(std::string, log_format, "text",
+          "text | json: json writes every log and access-log line as one "
+          "JSON object (ts, level, logger, msg, request_id, ...)");
+ABSL_FLAG(std::string, access_log, "off",
+          "off | stderr | FILE: one line per gRPC and REST call (request id, "
+          "method, status, identity, peer, bytes, queue, kernel and total "
+          "time), written off the request's thread; FILE is appended to");
 ABSL_FLAG(std::string, device, "auto",
           "auto | cpu | cuda: auto uses CUDA when a device is visible, else "
           "the CPU");
@@ -273,6 +284,24 @@ bool ParseBatchOps(absl::string_view text,
 }
 
 bool CheckFlagValues(std::string* error) {
+  spdlog::level::level_enum level;
+  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    *error = absl::StrCat(
+        "--log_level must be trace, debug, info, warn, error, critical or "
+        "off, not '",
+        absl::GetFlag(FLAGS_log_level), "'");
+    return false;
+  }
+  LogFormat format;
+  if (!ParseLogFormat(absl::GetFlag(FLAGS_log_format), &format)) {
+    *error = absl::StrCat("--log_format must be text or json, not '",
+                          absl::GetFlag(FLAGS_log_format), "'");
+    return false;
+  }
+  if (absl::GetFlag(FLAGS_access_log).empty()) {
+    *error = "--access_log must be off, stderr or a file path, not empty";
+    return false;
+  }
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "auto" && device != "cpu" && device != "cuda") {
     *error =
@@ -433,7 +462,9 @@ int Main(int argc, char** argv) {
       "                  [--batch_ops=auto|none|OP,...] "
       "[--batch_max_requests=N]\n"
       "                  [--batch_max_bytes=N] [--batch_max_delay_us=US]\n"
-      "                  [--idle_spin_us=US]\n\n"
+      "                  [--idle_spin_us=US]\n"
+      "                  [--log_level=LEVEL] [--log_format=text|json]\n"
+      "                  [--access_log=off|stderr|FILE]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
       "then 'coalesce-server metrics on HOST:PORT' on stdout once serving,\n"
       "and with --http_listen a third line 'coalesce-server http on\n"
@@ -459,7 +490,22 @@ int Main(int argc, char** argv) {
     return kUsageExit;
   }
   // stdout carries only the listening line that scripts and tests parse.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("coalesce"));
+  spdlog::level::level_enum log_level = spdlog::level::info;
+  ParseLogLevel(absl::GetFlag(FLAGS_log_level), &log_level);
+  LogFormat log_format = LogFormat::kText;
+  ParseLogFormat(absl::GetFlag(FLAGS_log_format), &log_format);
+  ConfigureLogging(log_level, log_format);
+  std::unique_ptr<AccessLog> access_log;
+  if (const std::string target = absl::GetFlag(FLAGS_access_log);
+      target != "off") {
+    absl::StatusOr<std::unique_ptr<AccessLog>> opened =
+        AccessLog::Open(target, log_format);
+    if (!opened.ok()) {
+      spdlog::critical("{}", std::string(opened.status().message()));
+      return 1;
+    }
+    access_log = *std::move(opened);
+  }
 
   // Block the shutdown signals before any thread exists so that every thread
   // (gRPC's, OpenMP's) inherits the mask and only sigwait below sees them.
@@ -517,6 +563,7 @@ int Main(int argc, char** argv) {
   config.batch_max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
   config.batch_max_delay_us = absl::GetFlag(FLAGS_batch_max_delay_us);
   config.idle_spin_us = absl::GetFlag(FLAGS_idle_spin_us);
+  config.access_log = access_log.get();
   config.max_uploads_per_client = absl::GetFlag(FLAGS_max_uploads_per_client);
   config.upload_idle_timeout_seconds =
       absl::GetFlag(FLAGS_upload_idle_timeout_s);
@@ -602,10 +649,11 @@ int Main(int argc, char** argv) {
   // A handler that does not notice its cancellation (a kernel or a library
   // call that cannot be interrupted) must not hold the process: half a
   // second after the grace the process ends whatever is still running.
-  std::thread([grace] {
+  std::thread([grace, &access_log] {
     std::this_thread::sleep_for(grace + std::chrono::milliseconds(500));
     spdlog::warn("calls still running {} ms after the signal; exiting",
                  (grace + std::chrono::milliseconds(500)).count());
+    if (access_log != nullptr) access_log->Close();
     spdlog::shutdown();
     std::_Exit(0);
   }).detach();
@@ -622,6 +670,7 @@ int Main(int argc, char** argv) {
   // and the rest is memory. Ending here keeps teardown (civetweb's stop
   // alone waits out a 2 s poll) out of the exit time.
   spdlog::info("drained; exiting");
+  if (access_log != nullptr) access_log->Close();
   spdlog::shutdown();
   std::fflush(stdout);
   std::_Exit(0);

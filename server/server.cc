@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "server/logging/call_log.h"
 #include "server/metrics/prometheus_service_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -287,6 +288,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
       backend, running->authenticator.get(), running->metrics.get(),
       running->service.get(), running->shared_memory.get(), COALESCE_VERSION);
   grpc::ServerBuilder builder;
+  InstallCallLogging(builder, config.access_log);
   if (!config.listen.empty()) {
     builder.AddListeningPort(config.listen, credentials, &running->port);
   }
@@ -328,7 +330,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
         running->http,
         RestServer::Start(config.http_listen,
                           running->server->InProcessChannel(args),
-                          config.max_message_bytes));
+                          config.max_message_bytes, config.access_log));
     running->http_port = running->http->port();
   }
   running->serving.store(true);

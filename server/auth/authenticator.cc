@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/quote.h"
+#include "server/logging/call_log.h"
 
 namespace coalesce {
 namespace {
@@ -76,6 +77,16 @@ const TokenEntry* Authenticator::FindToken(absl::string_view presented) const {
 }
 
 absl::StatusOr<Caller> Authenticator::Authenticate(
+    const grpc::ServerContextBase& context) const {
+  absl::StatusOr<Caller> caller = Identify(context);
+  if (CallRecord* record = CallRecordOf(context);
+      record != nullptr && caller.ok()) {
+    record->identity = caller->identity;
+  }
+  return caller;
+}
+
+absl::StatusOr<Caller> Authenticator::Identify(
     const grpc::ServerContextBase& context) const {
   Caller caller;
   if (peers_ != nullptr) caller.uid = peers_->Lookup(context.peer());

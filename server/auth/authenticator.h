@@ -77,11 +77,13 @@ class Authenticator {
 
   // UNAUTHENTICATED (without echoing any token) when authentication is on
   // and the call proves no identity; INVALID_ARGUMENT for a malformed
-  // x-coalesce-client when it is off.
+  // x-coalesce-client when it is off. The identity is also noted on the
+  // call's record for its access-log line (call_log.h).
   absl::StatusOr<Caller> Authenticate(
       const grpc::ServerContextBase& context) const;
 
  private:
+  absl::StatusOr<Caller> Identify(const grpc::ServerContextBase& context) const;
   // The entry whose token equals presented, compared in time independent of
   // where they differ; null when none.
   const TokenEntry* FindToken(absl::string_view presented) const;

@@ -1,18 +1,23 @@
 // One RPC as the metrics see it, shared by the front ends: started on
 // construction (or at a given earlier time), finished by Finish, which every
 // return path of a handler goes through; Finish also maps the status to the
-// grpc::Status the call answers (status.h). Not thread-safe: one call's
-// handler, or the one thread that finishes it, uses it at a time.
+// grpc::Status the call answers (status.h). It notes the sizes and the queue
+// and kernel times on the call's record for the access log (call_log.h).
+// Not thread-safe: one call's handler, or the one thread that finishes it,
+// uses it at a time.
 #pragma once
 
 #include <google/protobuf/message.h>
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
 #include <chrono>
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "server/frontend/status.h"
+#include "server/logging/call_log.h"
 #include "server/metrics/service_metrics.h"
 
 namespace coalesce {
@@ -21,16 +26,28 @@ class RpcCall {
  public:
   using Clock = std::chrono::steady_clock;
 
-  RpcCall(ServiceMetrics* metrics, Rpc rpc, Clock::time_point start)
-      : metrics_(metrics), rpc_(rpc), start_(start) {
+  // context: the gRPC call this serves (several RpcCalls may serve one, as
+  // a stream's requests do).
+  RpcCall(ServiceMetrics* metrics, Rpc rpc,
+          const grpc::ServerContextBase& context, Clock::time_point start)
+      : metrics_(metrics),
+        rpc_(rpc),
+        start_(start),
+        record_(CallRecordOf(context)) {
     metrics_->RpcStarted(rpc_);
   }
-  RpcCall(ServiceMetrics* metrics, Rpc rpc)
-      : RpcCall(metrics, rpc, Clock::now()) {}
+  RpcCall(ServiceMetrics* metrics, Rpc rpc,
+          const grpc::ServerContextBase& context)
+      : RpcCall(metrics, rpc, context, Clock::now()) {}
   RpcCall(const RpcCall&) = delete;
   RpcCall& operator=(const RpcCall&) = delete;
 
   ServiceMetrics& metrics() { return *metrics_; }
+  // The gRPC call's request id (request_id.h), for RequestLogScope; empty
+  // for a call without a record.
+  absl::string_view request_id() const {
+    return record_ == nullptr ? absl::string_view() : record_->request_id;
+  }
 
   // The request leaves the service for the backend.
   void BackendStarted() {
@@ -38,10 +55,16 @@ class RpcCall {
     backend_started_ = Seconds();
     metrics_->BackendStarted(rpc_);
   }
-  // The backend returned: the queue time ends where the launch began, after
-  // the backend's own wait for a stream (RunResult::stream_wait_seconds).
-  void Launched(double stream_wait_seconds) {
-    metrics_->Launched(rpc_, backend_started_ + stream_wait_seconds);
+  // The backend returned run: the queue time ends where the launch began,
+  // after the backend's own wait for a stream (RunResult::stream_wait_seconds).
+  void Launched(const RunResult& run) {
+    const double queue_seconds = backend_started_ + run.stream_wait_seconds;
+    metrics_->Launched(rpc_, queue_seconds);
+    if (record_ != nullptr) {
+      record_->ran_kernel = true;
+      record_->queue_seconds += queue_seconds;
+      record_->kernel_seconds += run.kernel_seconds;
+    }
   }
 
   grpc::Status Finish(const absl::Status& status,
@@ -64,6 +87,12 @@ class RpcCall {
     outcome.response_bytes = response_bytes;
     outcome.reached_backend = reached_backend_;
     metrics_->RpcFinished(outcome);
+    // The call's last RpcCall to finish (a stream's own) has the call's
+    // totals.
+    if (record_ != nullptr) {
+      record_->request_bytes = request_bytes;
+      record_->response_bytes = response_bytes;
+    }
     return ToGrpcStatus(status);
   }
 
@@ -75,6 +104,7 @@ class RpcCall {
   ServiceMetrics* const metrics_;
   const Rpc rpc_;
   const Clock::time_point start_;
+  CallRecord* const record_;  // null: none (call_log.h)
   bool reached_backend_ = false;
   double backend_started_ = 0;  // seconds after start_
 };

@@ -3,6 +3,8 @@
 #include <civetweb.h>
 #include <grpcpp/client_context.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -13,16 +15,19 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/reflection.h"
 #include "nlohmann/json.hpp"
+#include "server/logging/request_id.h"
 #include "server/metrics/civetweb_start.h"
 #include "spdlog/spdlog.h"
 
@@ -689,12 +694,15 @@ json ProtoJson(const google::protobuf::Message& m) {
   return out;
 }
 
-void Send(mg_connection* conn, const Reply& reply) {
+// request_id is ValidRequestId or hex: safe in a header.
+void Send(mg_connection* conn, const Reply& reply,
+          absl::string_view request_id) {
   std::string headers =
       absl::StrCat("HTTP/1.1 ", reply.status, " ",
                    mg_get_response_code_text(conn, reply.status),
                    "\r\nContent-Type: ", reply.content_type,
                    "\r\nContent-Length: ", reply.body.size(),
+                   "\r\nX-Request-Id: ", request_id,
                    // Keep-alive is off: an unread body cannot confuse a
                    // next request.
                    "\r\nConnection: close\r\n");
@@ -707,6 +715,31 @@ void Send(mg_connection* conn, const Reply& reply) {
   if (std::strcmp(info->request_method, "HEAD") != 0) {
     mg_write(conn, reply.body.data(), reply.body.size());
   }
+}
+
+// Sends reply and writes the request's access-log line (access_log may be
+// null).
+void Answer(mg_connection* conn, const Reply& reply,
+            absl::string_view request_id,
+            std::chrono::steady_clock::time_point start,
+            AccessLog* access_log) {
+  Send(conn, reply, request_id);
+  if (access_log == nullptr) return;
+  const mg_request_info* info = mg_get_request_info(conn);
+  AccessRecord line;
+  line.request_id = std::string(request_id);
+  line.method = absl::StrCat(info->request_method, " ", info->local_uri);
+  // The status's name as a code: "Not Found" becomes NOT_FOUND.
+  line.code = absl::AsciiStrToUpper(absl::StrReplaceAll(
+      mg_get_response_code_text(conn, reply.status), {{" ", "_"}, {"-", "_"}}));
+  line.http_status = reply.status;
+  line.peer = absl::StrCat(info->remote_addr, ":", info->remote_port);
+  line.request_bytes = std::max<int64_t>(0, info->content_length);
+  line.response_bytes = static_cast<int64_t>(reply.body.size());
+  line.duration_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  access_log->Write(line);
 }
 
 using Stub = inference::GRPCInferenceService::Stub;
@@ -843,20 +876,21 @@ Reply SharedMemory(Stub* stub, mg_connection* conn,
 }  // namespace
 
 RestServer::RestServer(std::shared_ptr<grpc::Channel> channel,
-                       int64_t max_body_bytes)
+                       int64_t max_body_bytes, AccessLog* access_log)
     : channel_(std::move(channel)),
       stub_(inference::GRPCInferenceService::NewStub(channel_)),
-      max_body_bytes_(max_body_bytes) {}
+      max_body_bytes_(max_body_bytes),
+      access_log_(access_log) {}
 
 absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(
     absl::string_view address, std::shared_ptr<grpc::Channel> channel,
-    int64_t max_body_bytes) {
+    int64_t max_body_bytes, AccessLog* access_log) {
   COALESCE_ASSIGN_OR_RETURN(
       const metrics::CivetwebListener listener,
       metrics::StartCivetweb(address, "HTTP", kWorkers, kRequestTimeoutMs,
                              LogMessage));
   auto server = std::unique_ptr<RestServer>(
-      new RestServer(std::move(channel), max_body_bytes));
+      new RestServer(std::move(channel), max_body_bytes, access_log));
   server->context_ = listener.context;
   server->port_ = listener.port;
   mg_set_request_handler(server->context_, "/v2", &RestServer::Handle,
@@ -870,17 +904,27 @@ RestServer::~RestServer() {
 
 int RestServer::Handle(mg_connection* conn, void* data) {
   auto* self = static_cast<RestServer*>(data);
+  const auto start = std::chrono::steady_clock::now();
+  const mg_request_info* info = mg_get_request_info(conn);
+  const auto header = [conn](const char* name) {
+    const char* value = mg_get_header(conn, name);
+    return value == nullptr ? absl::string_view() : absl::string_view(value);
+  };
+  const std::string request_id =
+      ResolveRequestId(header("X-Request-Id"), header("traceparent"));
   Reply reply;
   try {
-    const mg_request_info* info = mg_get_request_info(conn);
     const absl::string_view method = info->request_method;
     const std::vector<absl::string_view> path = absl::StrSplit(
         absl::string_view(info->local_uri).substr(3), '/', absl::SkipEmpty());
     const bool get = method == "GET" || method == "HEAD";
     grpc::ClientContext context;
+    // The gRPC calls it becomes log under the same id.
+    context.AddMetadata(kRequestIdKey, request_id);
     if (absl::Status s = Forward(conn, &context); !s.ok()) {
-      Send(conn, StatusReply(s));
-      return 400;
+      reply = StatusReply(s);
+      Answer(conn, reply, request_id, start, self->access_log_);
+      return reply.status;
     }
     // /v2/models/M[/versions/V]/...: the model, its version and the rest.
     std::string model, version;
@@ -1074,7 +1118,7 @@ int RestServer::Handle(mg_connection* conn, void* data) {
     // never the server.
     reply = ErrorReply(500, absl::StrCat("internal error: ", e.what()));
   }
-  Send(conn, reply);
+  Answer(conn, reply, request_id, start, self->access_log_);
   return reply.status;
 }
 

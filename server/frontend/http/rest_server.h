@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/logging/access_log.h"
 
 struct mg_context;
 struct mg_connection;
@@ -42,10 +43,13 @@ namespace coalesce {
 class RestServer {
  public:
   // Listens on address ("HOST:PORT"; port 0 picks a free port, see port()).
-  // UNAVAILABLE when the address cannot be bound.
+  // UNAVAILABLE when the address cannot be bound. Each request gets a
+  // request id (request_id.h, from its X-Request-Id or traceparent header),
+  // which it answers in X-Request-Id and passes on to the gRPC calls it
+  // makes; access_log (not owned, may be null) gets a line per request.
   static absl::StatusOr<std::unique_ptr<RestServer>> Start(
       absl::string_view address, std::shared_ptr<grpc::Channel> channel,
-      int64_t max_body_bytes);
+      int64_t max_body_bytes, AccessLog* access_log);
 
   RestServer(const RestServer&) = delete;
   RestServer& operator=(const RestServer&) = delete;
@@ -56,12 +60,14 @@ class RestServer {
   int port() const { return port_; }
 
  private:
-  RestServer(std::shared_ptr<grpc::Channel> channel, int64_t max_body_bytes);
+  RestServer(std::shared_ptr<grpc::Channel> channel, int64_t max_body_bytes,
+             AccessLog* access_log);
   static int Handle(mg_connection* conn, void* self);
 
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
   const int64_t max_body_bytes_;
+  AccessLog* const access_log_;
   mg_context* context_ = nullptr;
   int port_ = 0;
 };

@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
+#include "server/logging/access_log.h"
 #include "server/server.h"
 
 namespace coalesce {
@@ -30,6 +34,7 @@ struct HttpReply {
   long status = 0;
   std::string body;
   std::string header_length;  // Inference-Header-Content-Length, if any
+  std::string request_id;     // X-Request-Id, if any
 };
 
 size_t AppendBody(char* data, size_t size, size_t n, void* out) {
@@ -39,13 +44,18 @@ size_t AppendBody(char* data, size_t size, size_t n, void* out) {
 
 size_t ReadHeader(char* data, size_t size, size_t n, void* out) {
   const std::string line(data, size * n);
-  const std::string name = "inference-header-content-length:";
-  if (line.size() > name.size() &&
-      strncasecmp(line.c_str(), name.c_str(), name.size()) == 0) {
-    std::string v = line.substr(name.size());
-    v.erase(0, v.find_first_not_of(' '));
-    v.erase(v.find_last_not_of("\r\n ") + 1);
-    *static_cast<std::string*>(out) = v;
+  auto* reply = static_cast<HttpReply*>(out);
+  for (const auto& [name, value] :
+       {std::pair<std::string, std::string*>{"inference-header-content-length:",
+                                             &reply->header_length},
+        {"x-request-id:", &reply->request_id}}) {
+    if (line.size() > name.size() &&
+        strncasecmp(line.c_str(), name.c_str(), name.size()) == 0) {
+      std::string v = line.substr(name.size());
+      v.erase(0, v.find_first_not_of(' '));
+      v.erase(v.find_last_not_of("\r\n ") + 1);
+      *value = v;
+    }
   }
   return size * n;
 }
@@ -60,7 +70,7 @@ HttpReply Request(int port, const std::string& path, const std::string* body,
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &reply.body);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, ReadHeader);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &reply.header_length);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &reply);
   curl_easy_setopt(curl, CURLOPT_TIMEOUT, 60L);
   curl_slist* list = nullptr;
   for (const std::string& h : headers)
@@ -120,6 +130,65 @@ class RestServerTest : public testing::Test {
   std::unique_ptr<RunningServer> server_;
   std::mt19937 rng_{20261203};
 };
+
+TEST_F(RestServerTest, RequestIdsAndAccessLog) {
+  const std::string path = absl::StrCat(testing::TempDir(), "/rest_access.log");
+  std::remove(path.c_str());
+  absl::StatusOr<std::unique_ptr<AccessLog>> access_log =
+      AccessLog::Open(path, LogFormat::kJson);
+  ASSERT_TRUE(access_log.ok()) << access_log.status();
+  server_.reset();
+  ServerConfig config;
+  config.access_log = access_log->get();
+  Start(config);
+
+  const HttpReply given = Request(server_->http_port, "/v2/health/ready",
+                                  nullptr, {"X-Request-Id: rest-1"});
+  EXPECT_EQ(given.request_id, "rest-1");
+  const HttpReply traced = Request(
+      server_->http_port, "/v2/models/nope", nullptr,
+      {"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"});
+  EXPECT_EQ(traced.status, 404);
+  EXPECT_EQ(traced.request_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  const std::string body =
+      R"({"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2,3],)"
+      R"("data":[1,2,3,4,5,6]}]})";
+  const HttpReply made = Post("/v2/models/transpose/infer", body);
+  EXPECT_EQ(made.status, 200) << made.body;
+  EXPECT_EQ(made.request_id.size(), 32u);
+  server_.reset();
+  (*access_log)->Close();
+
+  // Each request's line, and the line of the gRPC call it became, under
+  // one id.
+  std::map<std::string, std::vector<json>> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    lines[j["request_id"].get<std::string>()].push_back(j);
+  }
+  const auto find = [&](const std::string& id, const std::string& method) {
+    for (const json& j : lines[id]) {
+      if (j["method"] == method) return j;
+    }
+    ADD_FAILURE() << "no line of " << method << " under " << id;
+    return json::object();
+  };
+  EXPECT_EQ(find("rest-1", "GET /v2/health/ready")["http_status"], 200);
+  find("rest-1", "/inference.GRPCInferenceService/ServerReady");
+  const json missing =
+      find("4bf92f3577b34da6a3ce929d0e0e4736", "GET /v2/models/nope");
+  EXPECT_EQ(missing["code"], "NOT_FOUND");
+  EXPECT_EQ(missing["http_status"], 404);
+  const json infer = find(made.request_id, "POST /v2/models/transpose/infer");
+  EXPECT_EQ(infer["code"], "OK");
+  EXPECT_EQ(infer["request_bytes"], static_cast<int64_t>(body.size()));
+  EXPECT_EQ(infer["response_bytes"], static_cast<int64_t>(made.body.size()));
+  const json call =
+      find(made.request_id, "/inference.GRPCInferenceService/ModelInfer");
+  EXPECT_EQ(call["code"], "OK");
+  EXPECT_TRUE(call.contains("kernel_ms"));
+}
 
 TEST_F(RestServerTest, HealthAndMetadata) {
   EXPECT_EQ(Get("/v2/health/live").status, 200);

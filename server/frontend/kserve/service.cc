@@ -939,7 +939,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(
     grpc::CallbackServerContext* context,
     const inference::ServerLiveRequest* request,
     inference::ServerLiveResponse* response) {
-  RpcCall call(metrics_, Rpc::kServerLive);
+  RpcCall call(metrics_, Rpc::kServerLive, *context);
   const absl::Status caller = auth_->Authenticate(*context).status();
   if (caller.ok()) response->set_live(true);
   return Answer(context, call, caller, *request, *response);
@@ -949,7 +949,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(
     grpc::CallbackServerContext* context,
     const inference::ServerReadyRequest* request,
     inference::ServerReadyResponse* response) {
-  RpcCall call(metrics_, Rpc::kServerReady);
+  RpcCall call(metrics_, Rpc::kServerReady, *context);
   const absl::Status caller = auth_->Authenticate(*context).status();
   // A sticky device fault makes the server unready, as it turns the health
   // service NOT_SERVING.
@@ -961,7 +961,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(
     grpc::CallbackServerContext* context,
     const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
-  RpcCall call(metrics_, Rpc::kModelReady);
+  RpcCall call(metrics_, Rpc::kModelReady, *context);
   absl::Status status = auth_->Authenticate(*context).status();
   if (status.ok()) {
     status = CheckModel(request->name(), "name", request->version(), "version")
@@ -975,7 +975,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* context,
     const inference::ServerMetadataRequest* request,
     inference::ServerMetadataResponse* response) {
-  RpcCall call(metrics_, Rpc::kServerMetadata);
+  RpcCall call(metrics_, Rpc::kServerMetadata, *context);
   const absl::Status caller = auth_->Authenticate(*context).status();
   if (caller.ok()) {
     response->set_name("coalesce");
@@ -996,7 +996,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context,
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  RpcCall call(metrics_, Rpc::kModelMetadata);
+  RpcCall call(metrics_, Rpc::kModelMetadata, *context);
   const absl::Status caller = auth_->Authenticate(*context).status();
   if (!caller.ok()) return Answer(context, call, caller, *request, *response);
   const absl::StatusOr<const ModelSpec*> model =
@@ -1281,7 +1281,7 @@ void InferenceService::Infer(grpc::CallbackServerContext* context,
   const int64_t request_bytes = static_cast<int64_t>(request.ByteSizeLong());
   int model_index = -1;  // known once the model is
   const auto answer = [&](const absl::Status& status) {
-    RpcCall call(metrics_, Rpc::kModelInfer, timing.start);
+    RpcCall call(metrics_, Rpc::kModelInfer, *context, timing.start);
     timing.end = RpcCall::Clock::now();
     grpc::Status answered = call.Finish(
         status, request_bytes,
@@ -1386,7 +1386,7 @@ class InferenceService::StreamReactor final
   StreamReactor(InferenceService* service, grpc::CallbackServerContext* context)
       : service_(service),
         context_(context),
-        call_(service->metrics_, Rpc::kModelStreamInfer),
+        call_(service->metrics_, Rpc::kModelStreamInfer, *context),
         caller_(service->auth_->Authenticate(*context)) {
     if (!caller_.ok()) {
       End(caller_.status());
@@ -1472,7 +1472,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     grpc::CallbackServerContext* context,
     const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  RpcCall call(metrics_, Rpc::kModelConfig);
+  RpcCall call(metrics_, Rpc::kModelConfig, *context);
   const absl::Status caller = auth_->Authenticate(*context).status();
   if (!caller.ok()) return Answer(context, call, caller, *request, *response);
   const absl::StatusOr<const ModelSpec*> model =
@@ -1507,7 +1507,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* context,
     const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
-  RpcCall call(metrics_, Rpc::kRepositoryIndex);
+  RpcCall call(metrics_, Rpc::kRepositoryIndex, *context);
   absl::Status status = auth_->Authenticate(*context).status();
   if (status.ok() && !request->repository_name().empty()) {
     status =
@@ -1533,7 +1533,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context,
     const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  RpcCall call(metrics_, Rpc::kModelStatistics);
+  RpcCall call(metrics_, Rpc::kModelStatistics, *context);
   const absl::Status caller = auth_->Authenticate(*context).status();
   if (!caller.ok()) return Answer(context, call, caller, *request, *response);
   int only = -1;  // every model
@@ -1640,7 +1640,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* context,
     const inference::SystemSharedMemoryStatusRequest* request,
     inference::SystemSharedMemoryStatusResponse* response) {
-  RpcCall call(metrics_, Rpc::kSystemSharedMemoryStatus);
+  RpcCall call(metrics_, Rpc::kSystemSharedMemoryStatus, *context);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
   if (status.ok()) {
@@ -1660,7 +1660,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
     grpc::CallbackServerContext* context,
     const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse* response) {
-  RpcCall call(metrics_, Rpc::kSystemSharedMemoryRegister);
+  RpcCall call(metrics_, Rpc::kSystemSharedMemoryRegister, *context);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
   if (status.ok()) {
@@ -1677,7 +1677,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
     grpc::CallbackServerContext* context,
     const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse* response) {
-  RpcCall call(metrics_, Rpc::kSystemSharedMemoryUnregister);
+  RpcCall call(metrics_, Rpc::kSystemSharedMemoryUnregister, *context);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
   if (status.ok()) {
@@ -1691,7 +1691,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* context,
     const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse* response) {
-  RpcCall call(metrics_, Rpc::kCudaSharedMemoryStatus);
+  RpcCall call(metrics_, Rpc::kCudaSharedMemoryStatus, *context);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
   if (status.ok()) {
@@ -1711,7 +1711,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
     grpc::CallbackServerContext* context,
     const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse* response) {
-  RpcCall call(metrics_, Rpc::kCudaSharedMemoryRegister);
+  RpcCall call(metrics_, Rpc::kCudaSharedMemoryRegister, *context);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
   if (status.ok() && backend_->kind() != BackendKind::kCuda) {
@@ -1747,7 +1747,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* context,
     const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* response) {
-  RpcCall call(metrics_, Rpc::kCudaSharedMemoryUnregister);
+  RpcCall call(metrics_, Rpc::kCudaSharedMemoryUnregister, *context);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
   if (status.ok()) {

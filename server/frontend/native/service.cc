@@ -21,6 +21,7 @@
 #include "kernels/selection/heuristic.h"
 #include "server/frontend/native/upload_framing.h"
 #include "server/frontend/status.h"
+#include "server/logging/log.h"
 #include "spdlog/spdlog.h"
 
 namespace coalesce {
@@ -311,7 +312,7 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
   call.BackendStarted();
   const absl::Status status =
       backend_->Execute(*selection.variant, d.problem, operands, &run);
-  call.Launched(run.stream_wait_seconds);
+  call.Launched(run);
   if (!status.ok()) {
     Abandon(caller, created);
     PublishHealth();
@@ -349,7 +350,9 @@ grpc::ServerUnaryReactor* TensorOpsService::Answer(
 // scheduler job's run, run_batch and reject, of which exactly one finishes
 // it.
 struct TensorOpsService::OpState {
-  OpState(ServiceMetrics* metrics, Rpc rpc) : call(metrics, rpc) {}
+  OpState(ServiceMetrics* metrics, Rpc rpc,
+          const grpc::ServerContextBase& context)
+      : call(metrics, rpc, context) {}
   Call call;
   Caller caller;
   DecodedRequest d;
@@ -523,7 +526,7 @@ void TensorOpsService::SubmitOp(
     absl::FunctionRef<absl::StatusOr<DecodedRequest>(const DataPlane&)> decode,
     absl::FunctionRef<OpSlots(const DecodedRequest&)> slots,
     std::function<void(grpc::Status)> done) {
-  auto state = std::make_shared<OpState>(metrics_, rpc);
+  auto state = std::make_shared<OpState>(metrics_, rpc, *context);
   state->context = context;
   state->done = std::move(done);
   state->request = request;
@@ -556,6 +559,8 @@ void TensorOpsService::SubmitOp(
     };
   }
   job.run = [this, state](double) {
+    // What the run logs (a device fault) is about this request.
+    RequestLogScope scope(state->call.request_id());
     state->Finish(Run(state->call, *state->context, state->caller, state->d,
                       state->slots.outputs, state->slots.report));
   };
@@ -671,7 +676,7 @@ bool TensorOpsService::RunStacked(
   RunResult run;
   const absl::Status status =
       backend_->ExecuteStacked(variant, merged, parts, operands, &run);
-  for (Placed& p : placed) p.state->call.Launched(run.stream_wait_seconds);
+  for (Placed& p : placed) p.state->call.Launched(run);
   if (!status.ok()) {
     for (Placed& p : placed) {
       Abandon(p.state->caller, p.created);
@@ -726,7 +731,7 @@ grpc::ServerUnaryReactor* TensorOpsService::GetServerInfo(
     const v1::GetServerInfoRequest* request,
     v1::GetServerInfoResponse* response) {
   return Answer(context, [&]() -> grpc::Status {
-    Call call(metrics_, Rpc::kGetServerInfo);
+    Call call(metrics_, Rpc::kGetServerInfo, *context);
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     response->set_backend(std::string(BackendName(backend_->kind())));
@@ -761,7 +766,8 @@ grpc::ServerUnaryReactor* TensorOpsService::ExplainSelection(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Shared by this handler and, for measure, the job that times the
   // variants on the scheduler's thread.
-  auto call = std::make_shared<Call>(metrics_, Rpc::kExplainSelection);
+  auto call =
+      std::make_shared<Call>(metrics_, Rpc::kExplainSelection, *context);
   const auto finish = [call, reactor, request, response](absl::Status s) {
     reactor->Finish(call->Finish(s, *request, *response));
   };
@@ -863,7 +869,7 @@ grpc::ServerUnaryReactor* TensorOpsService::Echo(
     grpc::CallbackServerContext* context, const v1::EchoRequest* request,
     v1::EchoResponse* response) {
   return Answer(context, [&]() -> grpc::Status {
-    Call call(metrics_, Rpc::kEcho);
+    Call call(metrics_, Rpc::kEcho, *context);
     // Authenticated like an op: the floor an op is compared with includes it.
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
@@ -885,7 +891,7 @@ class TensorOpsService::PutTensorReactor final
       : service_(service),
         context_(context),
         response_(response),
-        call_(service->metrics_, Rpc::kPutTensor),
+        call_(service->metrics_, Rpc::kPutTensor, *context),
         canceller_(std::make_shared<UploadCanceller>(context)) {
     absl::StatusOr<Caller> caller = service_->auth_->Authenticate(*context_);
     if (!caller.ok()) {
@@ -1028,7 +1034,7 @@ class TensorOpsService::GetTensorReactor final
       : service_(service),
         context_(context),
         request_(request),
-        call_(service->metrics_, Rpc::kGetTensor) {
+        call_(service->metrics_, Rpc::kGetTensor, *context) {
     const absl::Status status = Begin();
     if (!status.ok()) {
       End(status);
@@ -1117,7 +1123,7 @@ grpc::ServerUnaryReactor* TensorOpsService::DeleteTensor(
     const v1::DeleteTensorRequest* request,
     v1::DeleteTensorResponse* response) {
   return Answer(context, [&]() -> grpc::Status {
-    Call call(metrics_, Rpc::kDeleteTensor);
+    Call call(metrics_, Rpc::kDeleteTensor, *context);
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     absl::StatusOr<int64_t> freed =
@@ -1131,7 +1137,7 @@ grpc::ServerUnaryReactor* TensorOpsService::ListTensors(
     grpc::CallbackServerContext* context, const v1::ListTensorsRequest* request,
     v1::ListTensorsResponse* response) {
   return Answer(context, [&]() -> grpc::Status {
-    Call call(metrics_, Rpc::kListTensors);
+    Call call(metrics_, Rpc::kListTensors, *context);
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     const std::string& client = caller->identity;
@@ -1151,7 +1157,7 @@ grpc::ServerUnaryReactor* TensorOpsService::RegisterSharedMemory(
     const v1::RegisterSharedMemoryRequest* request,
     v1::RegisterSharedMemoryResponse* response) {
   return Answer(context, [&]() -> grpc::Status {
-    Call call(metrics_, Rpc::kRegisterSharedMemory);
+    Call call(metrics_, Rpc::kRegisterSharedMemory, *context);
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     return call.Finish(
@@ -1167,7 +1173,7 @@ grpc::ServerUnaryReactor* TensorOpsService::UnregisterSharedMemory(
     const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse* response) {
   return Answer(context, [&]() -> grpc::Status {
-    Call call(metrics_, Rpc::kUnregisterSharedMemory);
+    Call call(metrics_, Rpc::kUnregisterSharedMemory, *context);
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     return call.Finish(
@@ -1181,7 +1187,7 @@ grpc::ServerUnaryReactor* TensorOpsService::ListSharedMemory(
     const v1::ListSharedMemoryRequest* request,
     v1::ListSharedMemoryResponse* response) {
   return Answer(context, [&]() -> grpc::Status {
-    Call call(metrics_, Rpc::kListSharedMemory);
+    Call call(metrics_, Rpc::kListSharedMemory, *context);
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     for (const SharedMemoryListing& r :
