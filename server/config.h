@@ -97,9 +97,6 @@ struct ServerConfig {
   int batch_max_requests = 64;
   int64_t batch_max_bytes = int64_t{4} << 20;
   int64_t batch_max_delay_us = 0;
-  // How long an idle scheduler worker polls for the next request before it
-  // sleeps (SchedulerOptions::idle_spin); 0: off.
-  int64_t idle_spin_us = 0;
   // Initial HTTP/2 stream flow-control window in bytes (gRPC's
   // lookahead; BDP probing grows it from there).
   int stream_window_bytes = 8 << 20;

@@ -167,11 +167,6 @@ ABSL_FLAG(int64_t, batch_max_bytes, int64_t{4} << 20,
 ABSL_FLAG(int64_t, batch_max_delay_us, 0,
           "microseconds a batch may wait for more requests to arrive; 0: it "
           "takes only the requests already waiting, adding no latency");
-ABSL_FLAG(int64_t, idle_spin_us, 0,
-          "microseconds one idle scheduler thread per device polls for the "
-          "next request before it sleeps, so that a request arriving "
-          "meanwhile starts without a thread wake-up (one core busy for that "
-          "long after each request); 0: off");
 
 namespace coalesce {
 namespace {
@@ -352,12 +347,6 @@ bool CheckFlagValues(std::string* error) {
                           absl::GetFlag(FLAGS_batch_max_delay_us));
     return false;
   }
-  if (absl::GetFlag(FLAGS_idle_spin_us) < 0 ||
-      absl::GetFlag(FLAGS_idle_spin_us) > 10000) {
-    *error = absl::StrCat("--idle_spin_us must be in [0, 10000], not ",
-                          absl::GetFlag(FLAGS_idle_spin_us));
-    return false;
-  }
   std::optional<std::vector<OpKind>> batch_ops;
   if (!ParseBatchOps(absl::GetFlag(FLAGS_batch_ops), &batch_ops, error)) {
     return false;
@@ -462,7 +451,6 @@ int Main(int argc, char** argv) {
       "                  [--batch_ops=auto|none|OP,...] "
       "[--batch_max_requests=N]\n"
       "                  [--batch_max_bytes=N] [--batch_max_delay_us=US]\n"
-      "                  [--idle_spin_us=US]\n"
       "                  [--log_level=LEVEL] [--log_format=text|json]\n"
       "                  [--access_log=off|stderr|FILE]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
@@ -562,7 +550,6 @@ int Main(int argc, char** argv) {
   config.batch_max_requests = absl::GetFlag(FLAGS_batch_max_requests);
   config.batch_max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
   config.batch_max_delay_us = absl::GetFlag(FLAGS_batch_max_delay_us);
-  config.idle_spin_us = absl::GetFlag(FLAGS_idle_spin_us);
   config.access_log = access_log.get();
   config.max_uploads_per_client = absl::GetFlag(FLAGS_max_uploads_per_client);
   config.upload_idle_timeout_seconds =

@@ -259,7 +259,6 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
       service_config.batch_ops->empty() ? 1 : config.batch_max_requests;
   scheduling.batch_max_bytes = config.batch_max_bytes;
   scheduling.batch_max_delay = absl::Microseconds(config.batch_max_delay_us);
-  scheduling.idle_spin = absl::Microseconds(config.idle_spin_us);
   {
     std::vector<std::string> names;
     for (OpKind op : *service_config.batch_ops) {

@@ -54,7 +54,6 @@ absl::Status Scheduler::Submit(Job job) {
   std::deque<Waiting>& queue = queues_[job.identity];
   if (queue.empty()) turns_.push_back(job.identity);
   ++queued_;
-  waiting_.store(queued_, std::memory_order_release);
   ++submissions_;
   queued_bytes_ += job.bytes;
   queue.push_back(Waiting{std::move(job), std::chrono::steady_clock::now()});
@@ -67,7 +66,6 @@ Scheduler::Waiting Scheduler::PopFrontLocked(const std::string& identity) {
   it->second.pop_front();
   if (it->second.empty()) queues_.erase(it);
   --queued_;
-  waiting_.store(queued_, std::memory_order_release);
   queued_bytes_ -= next.job.bytes;
   return next;
 }
@@ -132,24 +130,10 @@ void Scheduler::FillBatchLocked(std::vector<Waiting>& batch) {
   }
 }
 
-void Scheduler::SpinForWork() {
-  if (spinning_.exchange(true, std::memory_order_acquire)) return;
-  const auto until = std::chrono::steady_clock::now() +
-                     absl::ToChronoNanoseconds(options_.idle_spin);
-  while (waiting_.load(std::memory_order_acquire) == 0 &&
-         std::chrono::steady_clock::now() < until) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-  spinning_.store(false, std::memory_order_release);
-}
-
 void Scheduler::WorkerLoop() {
   for (;;) {
     std::vector<Waiting> batch;
     int64_t started = 0;
-    if (options_.idle_spin > absl::ZeroDuration()) SpinForWork();
     {
       absl::MutexLock lock(&mu_,
                            absl::Condition(this, &Scheduler::WorkOrStopping));

@@ -17,7 +17,6 @@
 // Job::reject, since it waits for those threads to finish.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -52,11 +51,6 @@ struct SchedulerOptions {
   // while it is not full; zero: it takes only what already waits, so
   // batching never adds latency to a lone request.
   absl::Duration batch_max_delay = absl::ZeroDuration();
-  // How long one idle worker polls for the next job before it sleeps: a job
-  // submitted meanwhile starts without waiting for a thread to wake. At most
-  // one worker polls at a time (one core while idle, for this long after the
-  // last job); zero: workers sleep at once.
-  absl::Duration idle_spin = absl::ZeroDuration();
 };
 
 struct Job {
@@ -134,8 +128,6 @@ class Scheduler {
   };
 
   void WorkerLoop();
-  // Polls waiting_ for up to idle_spin unless another worker already does.
-  void SpinForWork();
   // Starts (or, when cancelled, rejects) one job or a batch (batch[0]
   // leads); called without mu_.
   void Start(std::vector<Waiting> batch);
@@ -171,10 +163,6 @@ class Scheduler {
   std::deque<std::string> turns_ ABSL_GUARDED_BY(mu_);
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // queued_, readable without mu_ (the polling worker's view).
-  std::atomic<int64_t> waiting_{0};
-  // A worker is polling (SpinForWork).
-  std::atomic<bool> spinning_{false};
   // Workers waiting for their batch to fill: the others start nothing
   // meanwhile, so that arrivals join that batch instead of each starting
   // a batch of its own (the wait is at most batch_max_delay).
