@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libopenblas-dev libcivetweb-dev libspdlog-dev
+  prometheus-cpp-dev  # the metrics registry (core) and /metrics (pull)
   nlohmann-json3-dev  # the HTTP/REST front end's JSON
   libcurl4-openssl-dev  # its tests' HTTP client
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -11,6 +11,7 @@
 
 #include "kernels/selection/selector.h"
 #include "server/auth/token_file.h"
+#include "server/metrics/service_metrics.h"
 #include "server/store/shared_memory.h"
 
 namespace coalesce {
@@ -34,6 +35,8 @@ struct ServerConfig {
   // port (RunningServer says which). Empty serves no HTTP: the tests read
   // RunningServer::registry directly. main defaults it to 0.0.0.0:9464.
   std::string metrics_listen;
+  // Per-kernel detail of the kernel metric families (--metrics_detail).
+  MetricsDetail metrics_detail = MetricsDetail::kBasic;
   // host:port to serve the KServe v2 protocol over HTTP/REST on (IPv4;
   // server/frontend/http/rest_server.h); port 0 binds a free port. Empty:
   // off.

@@ -46,6 +46,10 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "HOST:PORT (IPv4) to serve Prometheus /metrics on; port 0 picks a "
           "free port (printed on stdout)");
+ABSL_FLAG(std::string, metrics_detail, "basic",
+          "basic | full: the kernel metric families by op and variant "
+          "(basic), or also by dtype and size bucket (full: up to ~50x the "
+          "series; docs/METRICS.md)");
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT (IPv4) to serve the KServe v2 protocol over HTTP/REST "
           "on; port 0 picks a free port (printed on stdout); empty: off");
@@ -318,6 +322,12 @@ bool CheckFlagValues(std::string* error) {
     *error = absl::StrCat("--http_listen must be HOST:PORT, not '", http, "'");
     return false;
   }
+  MetricsDetail detail;
+  if (!ParseMetricsDetail(absl::GetFlag(FLAGS_metrics_detail), &detail)) {
+    *error = absl::StrCat("--metrics_detail must be basic or full, not '",
+                          absl::GetFlag(FLAGS_metrics_detail), "'");
+    return false;
+  }
   ProfileSampling sampling;
   if (!ParseProfileSampling(absl::GetFlag(FLAGS_profile_sampling), &sampling)) {
     *error = absl::StrCat("--profile_sampling must be off or sampled, not '",
@@ -435,6 +445,7 @@ int Main(int argc, char** argv) {
       "                  [--http_listen=HOST:PORT]\n"
       "                  [--device=auto|cpu|cuda] [--max_tensor_bytes=N]\n"
       "                  [--max_message_bytes=N] [--threads=N]\n"
+      "                  [--metrics_detail=basic|full]\n"
       "                  [--profile_sampling=off|sampled]\n"
       "                  [--profile_sampling_fraction=F]\n"
       "                  [--tensor_quota_bytes=N] [--tensor_cap_bytes=N]\n"
@@ -535,6 +546,8 @@ int Main(int argc, char** argv) {
   ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
   config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  ParseMetricsDetail(absl::GetFlag(FLAGS_metrics_detail),
+                     &config.metrics_detail);
   config.http_listen = absl::GetFlag(FLAGS_http_listen);
   config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "server/logging/call_log.h"
+#include "server/metrics/process_metrics.h"
 #include "server/metrics/prometheus_service_metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -105,13 +106,12 @@ void AddSelectionMetrics(metrics::Registry* registry,
       registry
           ->AddCounter("coalesce_autotune_runs_total",
                        "Shapes tuned online (every eligible variant timed on "
-                       "scratch buffers).",
-                       {})
+                       "scratch buffers).")
           .Add({});
   metrics::Counter& seconds =
       registry
           ->AddCounter("coalesce_autotune_seconds_total",
-                       "Wall time spent tuning, in seconds.", {})
+                       "Wall time spent tuning, in seconds.")
           .Add({});
   registry->AddCollectHook([&runs, &seconds, selector] {
     // Counters only rise: add what the selector did since the last scrape.
@@ -126,35 +126,83 @@ void AddSchedulerMetrics(metrics::Registry* registry,
                          const Scheduler* scheduler,
                          const SchedulerOptions& options,
                          const DeviceInfo& device) {
-  const std::vector<std::string> names = metrics::DeviceLabelNames();
-  const std::vector<std::string> values = metrics::DeviceLabelValues(device);
+  const metrics::Labels labels = metrics::DeviceLabels(device);
   metrics::Gauge& queued =
       registry
           ->AddGauge("coalesce_device_queue_requests",
-                     "Requests admitted and waiting for the device.", names)
-          .Add(values);
+                     "Requests admitted and waiting for the device.")
+          .Add(labels);
   metrics::Gauge& queued_bytes =
       registry
           ->AddGauge("coalesce_device_queue_bytes",
-                     "Bytes of the requests waiting for the device.", names)
-          .Add(values);
+                     "Bytes of the requests waiting for the device.")
+          .Add(labels);
   metrics::Gauge& running =
       registry
           ->AddGauge("coalesce_device_in_flight_requests",
-                     "Requests running on the device now.", names)
-          .Add(values);
-  metrics::Gauge& slots =
-      registry
-          ->AddGauge("coalesce_device_max_in_flight_requests",
-                     "Requests the device runs at once (--max_in_flight).",
-                     names)
-          .Add(values);
-  slots.Set(options.max_in_flight);
+                     "Requests running on the device now.")
+          .Add(labels);
+  registry
+      ->AddGauge("coalesce_device_max_in_flight_requests",
+                 "Requests the device runs at once (--max_in_flight).")
+      .Add(labels)
+      .Set(options.max_in_flight);
   registry->AddCollectHook([&queued, &queued_bytes, &running, scheduler] {
     const Scheduler::Stats s = scheduler->stats();
     queued.Set(static_cast<double>(s.queued));
     queued_bytes.Set(static_cast<double>(s.queued_bytes));
     running.Set(static_cast<double>(s.in_flight));
+  });
+}
+
+// Handles and shared memory, read from the stores when Prometheus scrapes.
+void AddStoreMetrics(metrics::Registry* registry, const TensorStore* tensors,
+                     const SharedMemoryRegistry* shared_memory) {
+  metrics::Gauge& bytes =
+      registry
+          ->AddGauge("coalesce_tensor_store_bytes",
+                     "Bytes charged to stored tensors (handles) and uploads "
+                     "in progress, in all owners.")
+          .Add({});
+  metrics::Gauge& handles =
+      registry
+          ->AddGauge("coalesce_tensor_store_tensors",
+                     "Stored tensors (committed handles), in all owners.")
+          .Add({});
+  metrics::Gauge& uploads =
+      registry
+          ->AddGauge("coalesce_tensor_store_uploads_in_progress",
+                     "PutTensor uploads begun and not yet committed.")
+          .Add({});
+  metrics::Family<metrics::Counter>& expired = registry->AddCounter(
+      "coalesce_tensor_store_expired_total",
+      "Tensors freed by the store itself, by reason: ttl (unused for "
+      "--tensor_ttl_s) or upload_idle (an upload idle for "
+      "--upload_idle_timeout_s).");
+  metrics::Counter& ttl = expired.Add({{"reason", "ttl"}});
+  metrics::Counter& idle = expired.Add({{"reason", "upload_idle"}});
+  metrics::Family<metrics::Gauge>& region_family = registry->AddGauge(
+      "coalesce_shared_memory_regions",
+      "Shared-memory regions registered, by kind (system or cuda).");
+  metrics::Family<metrics::Gauge>& region_bytes_family = registry->AddGauge(
+      "coalesce_shared_memory_bytes",
+      "Bytes of the registered shared-memory regions, by kind.");
+  metrics::Gauge& system_regions = region_family.Add({{"kind", "system"}});
+  metrics::Gauge& cuda_regions = region_family.Add({{"kind", "cuda"}});
+  metrics::Gauge& system_bytes = region_bytes_family.Add({{"kind", "system"}});
+  metrics::Gauge& cuda_bytes = region_bytes_family.Add({{"kind", "cuda"}});
+  registry->AddCollectHook([&, tensors, shared_memory] {
+    const TensorStore::Stats t = tensors->stats();
+    bytes.Set(static_cast<double>(t.bytes));
+    handles.Set(static_cast<double>(t.tensors));
+    uploads.Set(static_cast<double>(t.uploads));
+    ttl.Increment(static_cast<double>(t.expired_tensors) - ttl.Value());
+    idle.Increment(static_cast<double>(t.abandoned_uploads) - idle.Value());
+    const SharedMemoryRegistry::Stats m = shared_memory->stats();
+    system_regions.Set(static_cast<double>(m.system_regions));
+    system_bytes.Set(static_cast<double>(m.system_bytes));
+    cuda_regions.Set(static_cast<double>(m.cuda_regions));
+    cuda_bytes.Set(static_cast<double>(m.cuda_bytes));
   });
 }
 
@@ -178,16 +226,17 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   auto running = std::make_unique<RunningServer>();
-  running->registry = std::make_unique<metrics::Registry>();
+  running->registry = std::make_shared<metrics::Registry>();
   running->metrics = std::make_unique<metrics::PrometheusServiceMetrics>(
-      running->registry.get(), *backend);
+      running->registry.get(), *backend, config.metrics_detail);
+  metrics::AddProcessMetrics(running->registry.get());
   if (!config.metrics_listen.empty()) {
     // The backend outlives the server; running's flags outlive the HTTP
     // server (RunningServer's member order).
     RunningServer* r = running.get();
     absl::StatusOr<std::unique_ptr<metrics::HttpServer>> http =
         metrics::HttpServer::Start(
-            config.metrics_listen, running->registry.get(),
+            config.metrics_listen, running->registry,
             [r, backend]() -> absl::Status {
               if (r->draining.load()) {
                 return absl::UnavailableError(
@@ -233,6 +282,8 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   }
   running->shared_memory =
       std::make_unique<SharedMemoryRegistry>(config.shared_memory);
+  AddStoreMetrics(running->registry.get(), running->tensors.get(),
+                  running->shared_memory.get());
   COALESCE_ASSIGN_OR_RETURN(
       std::shared_ptr<grpc::ServerCredentials> credentials,
       Credentials(config.tls));

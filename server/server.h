@@ -37,6 +37,9 @@
 namespace coalesce {
 
 struct RunningServer {
+  // Stops the metrics port before anything its collect hooks read goes.
+  ~RunningServer() { metrics_http.reset(); }
+
   // A channel to the server that bypasses the network (tests). Responses
   // above the client's default 4 MiB need args.SetMaxReceiveMessageSize.
   std::shared_ptr<grpc::Channel> InProcessChannel(
@@ -51,8 +54,9 @@ struct RunningServer {
 
   // Members are destroyed in reverse order: grpc::Server's destructor
   // drains in-flight calls into the service, which reports to metrics, which
-  // live in registry; metrics_http reads registry until it stops.
-  std::unique_ptr<metrics::Registry> registry;
+  // live in registry. metrics_http goes first of all (~RunningServer): the
+  // registry's collect hooks read the members below.
+  std::shared_ptr<metrics::Registry> registry;
   std::unique_ptr<ServiceMetrics> metrics;
   std::unique_ptr<metrics::HttpServer> metrics_http;  // null: no metrics_listen
   std::unique_ptr<Selector> selector;  // the service chooses variants here

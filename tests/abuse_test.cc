@@ -433,12 +433,15 @@ std::string Scrape(int port, double* seconds) {
   return answer;
 }
 
-// The sum of the samples whose line starts with series (a metric name and
-// the start of its labels).
-double SumOf(absl::string_view metrics, absl::string_view series) {
+// The sum of family's samples whose labels include label (`name="value"`).
+double SumOf(absl::string_view metrics, absl::string_view family,
+             absl::string_view label) {
   double sum = 0;
   for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
-    if (!absl::StartsWith(line, series)) continue;
+    if (!absl::StartsWith(line, absl::StrCat(family, "{")) ||
+        !absl::StrContains(line.substr(0, line.rfind('}')), label)) {
+      continue;
+    }
     double value = 0;
     if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) {
       sum += value;
@@ -1616,8 +1619,12 @@ TEST_F(CancellationStormTest, TwoHundredCancelledCallsLeaveTheServerAsItWas) {
   v1::GemmRequest kept = inline_out;
   kept.mutable_options()->add_outputs()->set_placement(
       v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
-  const std::string gemms = R"(coalesce_requests_total{op="gemm")";
-  const std::string downloads = R"(coalesce_requests_total{op="get_tensor")";
+  const auto gemms = [](absl::string_view metrics) {
+    return SumOf(metrics, "coalesce_requests_total", R"(op="gemm")");
+  };
+  const auto downloads = [](absl::string_view metrics) {
+    return SumOf(metrics, "coalesce_requests_total", R"(op="get_tensor")");
+  };
   double scrape_seconds = 0;
   const std::string metrics_before =
       Scrape(process().metrics_port(), &scrape_seconds);
@@ -1705,20 +1712,18 @@ TEST_F(CancellationStormTest, TwoHundredCancelledCallsLeaveTheServerAsItWas) {
   std::string metrics_after;
   do {
     metrics_after = Scrape(process().metrics_port(), &scrape_seconds);
-  } while (SumOf(metrics_after, downloads) - SumOf(metrics_before, downloads) <
+  } while (downloads(metrics_after) - downloads(metrics_before) <
                first_chunks.load() &&
            absl::Now() < ended);
-  std::fprintf(
-      stderr,
-      "storm of %d calls over in %.2f s; %d downloads got a first "
-      "chunk; the server's handlers saw %.0f GEMMs and %.0f "
-      "downloads\n",
-      4 * kEach, absl::ToDoubleSeconds(absl::Now() - start),
-      first_chunks.load(),
-      SumOf(metrics_after, gemms) - SumOf(metrics_before, gemms),
-      SumOf(metrics_after, downloads) - SumOf(metrics_before, downloads));
-  const double handled =
-      SumOf(metrics_after, downloads) - SumOf(metrics_before, downloads);
+  std::fprintf(stderr,
+               "storm of %d calls over in %.2f s; %d downloads got a first "
+               "chunk; the server's handlers saw %.0f GEMMs and %.0f "
+               "downloads\n",
+               4 * kEach, absl::ToDoubleSeconds(absl::Now() - start),
+               first_chunks.load(),
+               gemms(metrics_after) - gemms(metrics_before),
+               downloads(metrics_after) - downloads(metrics_before));
+  const double handled = downloads(metrics_after) - downloads(metrics_before);
   EXPECT_GE(handled, first_chunks.load());
   EXPECT_LE(handled, 2 * kEach);
 

@@ -4,10 +4,13 @@ only). Both start the real coalesce-server (CPU backend, gRPC and metrics on
 port 0 of 127.0.0.1) and drive every RPC with the real `coalesce` CLI:
 
   promtool    `promtool check metrics` on the live /metrics output.
-  prometheus  a real Prometheus server on loopback scrapes the server every
-              second; every PromQL expression of the Grafana dashboard (and
-              every template-variable query) is then sent to Prometheus'
-              HTTP API and must return data.
+  prometheus  the Grafana dashboard is checked first: every datasource is
+              its `datasource` variable, every coalesce_* and process_*
+              selector filters by $instance, every device series also by
+              $gpu. Then a real Prometheus server on loopback scrapes the
+              server every second; every PromQL expression of the dashboard
+              (and every template-variable query) is sent to Prometheus'
+              HTTP API and must return data (but see the lists below).
 
 Exit status 0 on success, 1 on failure, 77 (CTest's SKIP_RETURN_CODE) when
 promtool or prometheus is not installed (`apt-get install prometheus`, which
@@ -44,6 +47,8 @@ ABSENT_ON_BACKEND = {
         "coalesce_kernel_waves": "CPU variants launch nothing",
         "coalesce_kernel_achieved_occupancy_ratio":
             "the CPU backend has no device counters to sample",
+        "coalesce_device_pool_reserved_bytes":
+            "the CPU backend has no stream-ordered pool",
     },
     "cuda": {
         "coalesce_kernel_achieved_occupancy_ratio":
@@ -54,6 +59,26 @@ ABSENT_ON_BACKEND = {
             "the CUDA backend does not report its staging buffers yet",
     },
 }
+
+# Series of other exporters, by metric-name prefix, and why: nothing here
+# scrapes them, so an expression that reads any of them may come back empty
+# (it must still be valid PromQL).
+ABSENT_BY_PREFIX = {
+    "DCGM_": "NVIDIA DCGM-exporter is not scraped here",
+}
+
+# Labels that only a server with --metrics_detail=full exports (the server
+# here runs the default, basic), and why. An expression that selects on one
+# being set (label!="") may come back empty; the same expression without
+# that matcher must return data.
+FULL_DETAIL_LABELS = {
+    "size_bucket": "kernel series carry size_bucket only with "
+                   "--metrics_detail=full",
+    "dtype": "kernel series carry dtype only with --metrics_detail=full",
+}
+
+# The dashboard's datasource, on every panel, target and variable.
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 # Grafana's interval variables, as a dashboard at a 1 s scrape would see them.
 GRAFANA_INTERVALS = {
@@ -102,13 +127,13 @@ class Deadline:
 class Server:
     """coalesce-server on port 0; reads both ports from its stdout."""
 
-    def __init__(self, binary, workdir, deadline):
+    def __init__(self, binary, workdir, deadline, flags=()):
         self.log_path = os.path.join(workdir, "coalesce-server.log")
         self.log_file = open(self.log_path, "w")
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
         self.process = subprocess.Popen(
             [binary, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-             "--device=cpu", "--threads=2"],
+             "--device=cpu", "--threads=2", *flags],
             stdout=subprocess.PIPE, stderr=self.log_file, text=True, env=env,
             preexec_fn=die_with_parent)
         self.grpc_port = None
@@ -242,10 +267,8 @@ def check_promtool(args, deadline, workdir):
 
 # ---- The dashboard's expressions against a real Prometheus.
 
-def dashboard_queries(path):
+def dashboard_queries(dashboard):
     """(title, expression) of every panel target and template variable."""
-    with open(path) as f:
-        dashboard = json.load(f)
     queries = []
 
     def walk(panels):
@@ -272,15 +295,33 @@ def dashboard_queries(path):
     return queries
 
 
-def substitute(expr, template_vars):
+def template_values(dashboard):
+    """What each template variable stands for when "All" is selected: a
+    query or custom variable (used as an =~ regex) its allValue, or ".*"
+    (multi-value without one); a datasource variable its plugin type."""
+    values = {}
+    for var in dashboard.get("templating", {}).get("list", []):
+        if var.get("type") == "datasource":
+            values[var["name"]] = var.get("query", "prometheus")
+        elif var.get("includeAll"):
+            values[var["name"]] = var.get("allValue") or ".*"
+        else:
+            values[var["name"]] = ".*"
+    return values
+
+
+def substitute(expr, template_values):
     """Grafana variables: intervals become durations, template variables
-    (used as =~ regexes) match everything."""
+    their "All" values (template_values). $1, $2... are label_replace's
+    references, which Grafana leaves alone too."""
     def replace(m):
         name = m.group(1) or m.group(2)
+        if name.isdigit():
+            return m.group(0)
         if name in GRAFANA_INTERVALS:
             return GRAFANA_INTERVALS[name]
-        if name in template_vars:
-            return ".*"
+        if name in template_values:
+            return template_values[name]
         raise ValueError(f"unknown Grafana variable ${name} in {expr}")
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", replace, expr)
 
@@ -288,6 +329,74 @@ def substitute(expr, template_vars):
 def metric_names(expr):
     return set(re.findall(r"\b(coalesce_[a-z0-9_]+?)(?:_bucket|_sum|_count)?\b",
                           expr))
+
+
+def absent_prefixes(expr):
+    """The ABSENT_BY_PREFIX prefixes of the series expr reads."""
+    return {prefix for prefix in ABSENT_BY_PREFIX
+            if re.search(r"\b" + re.escape(prefix) + r"\w", expr)}
+
+
+def set_matcher(label):
+    """A regex for the matcher label!="" (spaces allowed)."""
+    return r"\b" + re.escape(label) + r'\s*!=\s*""'
+
+
+def full_detail_labels(expr):
+    """The FULL_DETAIL_LABELS that expr requires to be set."""
+    return {label for label in FULL_DETAIL_LABELS
+            if re.search(set_matcher(label), expr)}
+
+
+def without_set_matchers(expr, labels):
+    """expr without the matchers label!="" of labels."""
+    for label in labels:
+        expr = re.sub(r",\s*" + set_matcher(label) + "|" + set_matcher(label)
+                      + r"\s*,?", "", expr)
+    return expr
+
+
+def lint_dashboard(dashboard):
+    """Problems with the dashboard's datasources and filters (a list)."""
+    problems = []
+    variables = {v.get("name"): v for v in
+                 dashboard.get("templating", {}).get("list", [])}
+    ds = variables.get("datasource")
+    if not ds or ds.get("type") != "datasource" or \
+            ds.get("query") != "prometheus":
+        problems.append("no datasource variable (type datasource, query "
+                        "prometheus)")
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            if "datasource" in node and node["datasource"] != DATASOURCE:
+                problems.append(f"{where}: datasource "
+                                f"{json.dumps(node['datasource'])}, not "
+                                f"{json.dumps(DATASOURCE)}")
+            title = node.get("title") or node.get("name")
+            for key, value in node.items():
+                if key != "datasource":
+                    walk(value, f"{where} / {title}" if title else where)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, where)
+
+    walk(dashboard.get("panels", []), "panels")
+    walk(dashboard.get("templating", {}), "variables")
+    for title, expr in dashboard_queries(dashboard):
+        for m in re.finditer(r"\b((?:coalesce|process)_\w+)\s*(\{[^}]*\})?",
+                             expr):
+            name, selector = m.group(1), m.group(2) or ""
+            wanted = {"instance": 'instance=~"$instance"'}
+            if name.startswith("coalesce_device_"):
+                wanted["gpu"] = 'gpu_uuid=~"$gpu"'
+            for variable, matcher in wanted.items():
+                if title == f"variable '{variable}'":
+                    continue  # lists the values: not filtered by itself
+                if matcher not in selector.replace(" ", ""):
+                    problems.append(f"{title}: {name}{selector} lacks "
+                                    f"{matcher}")
+    return problems
 
 
 class Prometheus:
@@ -374,9 +483,14 @@ def check_prometheus(args, deadline, workdir):
         log("SKIP: prometheus not found (apt-get install prometheus)")
         return SKIP
     with open(args.dashboard) as f:
-        template_vars = {v["name"] for v in
-                         json.load(f).get("templating", {}).get("list", [])}
-    queries = dashboard_queries(args.dashboard)
+        dashboard = json.load(f)
+    problems = lint_dashboard(dashboard)
+    for problem in problems:
+        log(f"FAIL {problem}")
+    if problems:
+        return 1
+    values = template_values(dashboard)
+    queries = dashboard_queries(dashboard)
     log(f"{len(queries)} queries from {args.dashboard}")
     server = Server(args.server, workdir, deadline)
     prom = None
@@ -395,22 +509,49 @@ def check_prometheus(args, deadline, workdir):
             raise RuntimeError(f"target not up: {up}")
         absent = ABSENT_ON_BACKEND.get(server.backend, {})
         failures = []
-        for title, raw in queries:
-            expr = substitute(raw, template_vars)
+
+        def data(expr):
+            """(error, series, finite series) of the instant query."""
             answer = prom.query(expr)
             if answer.get("status") != "success":
-                failures.append(f"{title}: {answer.get('error')}\n  {expr}")
-                continue
+                return answer.get("error"), [], []
             result = answer["data"]["result"]
-            finite = [r for r in result
-                      if not math.isnan(float(r["value"][1]))]
+            return None, result, [r for r in result
+                                  if not math.isnan(float(r["value"][1]))]
+
+        for title, raw in queries:
+            expr = substitute(raw, values)
+            error, result, finite = data(expr)
+            if error is not None:
+                failures.append(f"{title}: {error}\n  {expr}")
+                continue
             names = metric_names(expr)
+            prefixes = absent_prefixes(expr)
+            labels = full_detail_labels(expr)
             if finite:
                 log(f"ok   {title}: {len(result)} series")
+            elif prefixes:
+                reasons = "; ".join(sorted(ABSENT_BY_PREFIX[p]
+                                           for p in prefixes))
+                log(f"none {title}: valid, no data ({reasons})")
             elif names and names <= absent.keys():
                 reasons = "; ".join(sorted({absent[n] for n in names}))
                 log(f"none {title}: valid, no data on the {server.backend} "
                     f"backend ({reasons})")
+            elif labels:
+                reasons = "; ".join(FULL_DETAIL_LABELS[label]
+                                    for label in sorted(labels))
+                relaxed = without_set_matchers(expr, labels)
+                error, result, finite = data(relaxed)
+                unset = ", ".join(f'{label}!=""' for label in sorted(labels))
+                if finite:
+                    log(f"none {title}: valid, no data with basic detail "
+                        f"({reasons}); without {unset}: {len(result)} series")
+                else:
+                    failures.append(
+                        f"{title}: no data without {unset} either "
+                        f"({error or f'{len(result)} series, all NaN'})"
+                        f"\n  {relaxed}")
             else:
                 failures.append(
                     f"{title}: no data ({len(result)} series, all NaN)"

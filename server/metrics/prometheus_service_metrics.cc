@@ -20,14 +20,11 @@
 
 namespace coalesce::metrics {
 
-std::vector<std::string> DeviceLabelNames() {
-  return {"device", "gpu", "gpu_uuid"};
-}
-
-std::vector<std::string> DeviceLabelValues(const DeviceInfo& device) {
+Labels DeviceLabels(const DeviceInfo& device) {
   const bool cuda = device.backend == BackendKind::kCuda;
-  return {device.name, cuda ? absl::StrCat(device.ordinal) : "",
-          cuda ? device.uuid : ""};
+  return {{"device", device.name},
+          {"gpu", cuda ? absl::StrCat(device.ordinal) : ""},
+          {"gpu_uuid", cuda ? device.uuid : ""}};
 }
 
 namespace {
@@ -58,15 +55,6 @@ const std::vector<double>& BandwidthBuckets() {
       1e8,  2.5e8,  5e8,  1e9,    2e9,  5e9,    1e10, 2e10,
       5e10, 1e11,   2e11, 5e11,   1e12, 1.5e12, 2e12, 2.5e12,
       3e12, 3.5e12, 4e12, 4.5e12, 5e12, 6e12,   8e12};
-  return *b;
-}
-
-// Fraction of the measured copy peak; above 1 happens when a kernel's data
-// was partly L2-resident.
-const std::vector<double>& UtilizationBuckets() {
-  static const auto* b =
-      new std::vector<double>{0.05, 0.1,  0.2, 0.3,  0.4, 0.5,  0.6, 0.7, 0.75,
-                              0.8,  0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2};
   return *b;
 }
 
@@ -111,15 +99,7 @@ int64_t HostMemoryBytes() {
   return 0;
 }
 
-std::vector<std::string> KernelLabels(const KernelObservation& kernel) {
-  return {std::string(OpName(kernel.op)), std::string(kernel.variant->name()),
-          std::string(DTypeName(kernel.dtype)),
-          std::string(SizeBucketName(SizeBucket(kernel.bytes_moved)))};
-}
-
-std::vector<std::string> OpLabel(Rpc rpc) {
-  return {std::string(RpcName(rpc))};
-}
+Labels OpLabel(Rpc rpc) { return {{"op", std::string(RpcName(rpc))}}; }
 
 // Seconds are measured by steady clocks; a negative figure would be a bug
 // upstream, but must not corrupt the histogram's sum.
@@ -143,41 +123,37 @@ absl::string_view SizeBucketName(int bucket) {
 }
 
 PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
-                                                   const Backend& backend)
-    : have_copy_peak_(backend.device().measured_copy_bandwidth > 0) {
+                                                   const Backend& backend,
+                                                   MetricsDetail detail)
+    : detail_(detail) {
   const DeviceInfo& device = backend.device();
   // Every coalesce_device_* series is labelled by these.
-  const std::vector<std::string> device_labels = DeviceLabelNames();
-  const std::vector<std::string> device_label = DeviceLabelValues(device);
+  const Labels device_labels = DeviceLabels(device);
 
   // ---- Requests.
-  Family<Counter>& requests = registry->AddCounter(
-      "coalesce_requests_total", "RPCs answered, by op and gRPC status code.",
-      {"op", "code"});
-  Family<Histogram>& duration = registry->AddHistogram(
+  requests_ = &registry->AddCounter(
+      "coalesce_requests_total", "RPCs answered, by op and gRPC status code.");
+  duration_ = &registry->AddHistogram(
       "coalesce_request_duration_seconds",
       "Time from an RPC entering its handler to its return, errors included "
-      "(excludes gRPC transport and (de)serialization).",
-      {"op"}, DurationBuckets());
-  Family<Gauge>& in_flight = registry->AddGauge(
-      "coalesce_requests_in_flight", "RPCs inside their handler now.", {"op"});
-  Family<Counter>& request_bytes =
-      registry->AddCounter("coalesce_request_bytes_total",
-                           "Serialized size of the requests received.", {"op"});
-  Family<Counter>& response_bytes = registry->AddCounter(
+      "(excludes gRPC transport and (de)serialization).");
+  in_flight_ = &registry->AddGauge("coalesce_requests_in_flight",
+                                   "RPCs inside their handler now.");
+  request_bytes_ =
+      &registry->AddCounter("coalesce_request_bytes_total",
+                            "Serialized size of the requests received.");
+  response_bytes_ = &registry->AddCounter(
       "coalesce_response_bytes_total",
-      "Serialized size of the successful responses sent.", {"op"});
-  for (int r = 0; r < kNumRpcs; ++r) {
-    const Rpc rpc = static_cast<Rpc>(r);
-    const std::string op(RpcName(rpc));
-    for (int c = 0; c < kNumStatusCodes; ++c) {
-      requests_[r][c] = &requests.Add(
-          {op, absl::StatusCodeToString(static_cast<absl::StatusCode>(c))});
-    }
-    duration_[r] = &duration.Add({op});
-    in_flight_[r] = &in_flight.Add({op});
-    request_bytes_[r] = &request_bytes.Add({op});
-    response_bytes_[r] = &response_bytes.Add({op});
+      "Serialized size of the successful responses sent.");
+  for (std::atomic<RpcSeries*>& series : rpc_series_) {
+    series.store(nullptr, std::memory_order_relaxed);
+  }
+  for (int op = 0; op < kNumKernelRpcs; ++op) {
+    RpcSeries& series = SeriesOf(static_cast<Rpc>(op));
+    series.codes[0].store(
+        &requests_->Add({{"op", std::string(RpcName(static_cast<Rpc>(op)))},
+                         {"code", "OK"}}),
+        std::memory_order_release);
   }
 
   // ---- Where a kernel request's time goes.
@@ -185,36 +161,32 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       "coalesce_requests_queued",
       "Kernel RPCs in their handler that have not yet reached the backend "
       "(decoding, waiting in the device queue, selection, output "
-      "allocation).",
-      {"op"});
+      "allocation).");
   Family<Histogram>& queue_seconds = registry->AddHistogram(
       "coalesce_request_queue_seconds",
       "Time from an RPC entering its handler to its launch: decoding, the "
       "wait in the device queue, selection, output allocation and the wait "
-      "for a free stream.",
-      {"op"}, StageBuckets());
+      "for a free stream.");
   Family<Histogram>& h2d_seconds = registry->AddHistogram(
       "coalesce_request_h2d_seconds",
       "Host-to-device copy time of a successful kernel RPC (0 on the CPU "
-      "backend, which computes in place).",
-      {"op"}, StageBuckets());
+      "backend, which computes in place).");
   Family<Histogram>& d2h_seconds = registry->AddHistogram(
       "coalesce_request_d2h_seconds",
       "Device-to-host copy time of a successful kernel RPC (0 on the CPU "
-      "backend).",
-      {"op"}, StageBuckets());
+      "backend).");
   Family<Histogram>& batch_size = registry->AddHistogram(
       "coalesce_batch_size",
       "Requests served by one device launch: 1 for a request run alone, N "
-      "for a batch of N (--batch_ops).",
-      {"op"}, {1, 2, 4, 8, 16, 32, 64, 128, 256});
+      "for a batch of N (--batch_ops).");
   for (int op = 0; op < kNumKernelRpcs; ++op) {
-    const std::vector<std::string> label = OpLabel(static_cast<Rpc>(op));
-    batch_size_[op] = &batch_size.Add(label);
+    const Labels label = OpLabel(static_cast<Rpc>(op));
+    batch_size_[op] = &batch_size.Add(
+        label, Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256});
     queued_[op] = &queued.Add(label);
-    queue_seconds_[op] = &queue_seconds.Add(label);
-    h2d_seconds_[op] = &h2d_seconds.Add(label);
-    d2h_seconds_[op] = &d2h_seconds.Add(label);
+    queue_seconds_[op] = &queue_seconds.Add(label, StageBuckets());
+    h2d_seconds_[op] = &h2d_seconds.Add(label, StageBuckets());
+    d2h_seconds_[op] = &d2h_seconds.Add(label, StageBuckets());
   }
 
   // ---- How busy the device is.
@@ -223,16 +195,14 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
            ->AddCounter("coalesce_device_kernel_seconds_total",
                         "Kernel time of every warm run on the device, in "
                         "seconds; its rate is the fraction of the time the "
-                        "device ran kernels (above 1 when runs overlap).",
-                        device_labels)
-           .Add(device_label);
+                        "device ran kernels (above 1 when runs overlap).")
+           .Add(device_labels);
   Gauge& busy =
       registry
           ->AddGauge("coalesce_device_busy_ratio",
                      "Kernel time over wall time since the previous scrape "
-                     "(rate of coalesce_device_kernel_seconds_total).",
-                     device_labels)
-          .Add(device_label);
+                     "(rate of coalesce_device_kernel_seconds_total).")
+          .Add(device_labels);
   registry->AddCollectHook(
       [&busy, kernel = device_kernel_seconds_,
        last =
@@ -245,41 +215,27 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       });
 
   // ---- Kernels.
-  const std::vector<std::string> kernel_labels = {"op", "variant", "dtype",
-                                                  "size_bucket"};
   kernel_seconds_ = &registry->AddHistogram(
       "coalesce_kernel_seconds",
       "Kernel time of a successful request as the backend timed it (CUDA "
-      "events on the GPU, a steady clock on the CPU).",
-      kernel_labels, StageBuckets());
+      "events on the GPU, a steady clock on the CPU).");
   kernel_bandwidth_ = &registry->AddHistogram(
       "coalesce_kernel_bandwidth_bytes_per_second",
       "Achieved bandwidth: the minimum bytes the op must move (inputs read "
-      "once, outputs written once) over the kernel time.",
-      kernel_labels, BandwidthBuckets());
-  if (have_copy_peak_) {
-    kernel_utilization_ = &registry->AddHistogram(
-        "coalesce_kernel_bandwidth_utilization_ratio",
-        "Achieved bandwidth as a fraction of the device's copy peak measured "
-        "at start-up.",
-        kernel_labels, UtilizationBuckets());
-  }
+      "once, outputs written once) over the kernel time.");
   kernel_flops_ = &registry->AddHistogram(
       "coalesce_kernel_flops_per_second",
       "Achieved FLOP/s of GEMM kernels: 2*m*n*k plus the alpha/beta "
-      "epilogue per matrix, over the kernel time.",
-      kernel_labels, FlopsBuckets());
+      "epilogue per matrix, over the kernel time.");
   kernel_occupancy_ = &registry->AddGauge(
       "coalesce_kernel_theoretical_occupancy_ratio",
       "Theoretical occupancy of the last request's largest launch (resident "
       "warps per SM over the maximum, from the occupancy API and the launch "
-      "configuration); GPU variants only.",
-      kernel_labels);
+      "configuration); GPU variants only.");
   kernel_waves_ = &registry->AddGauge(
       "coalesce_kernel_waves",
       "Waves of the last request's largest launch: blocks over (SMs x "
-      "resident blocks per SM); GPU variants only.",
-      kernel_labels);
+      "resident blocks per SM); GPU variants only.");
   // Device-sampled counters (--profile_sampling=sampled): only the requests
   // whose launch the backend sampled.
   kernel_achieved_occupancy_ = &registry->AddHistogram(
@@ -287,44 +243,36 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       "Achieved occupancy of a sampled request's kernels: warps active per "
       "active cycle over the SM's maximum, averaged over SMs, weighted by "
       "kernel time (CUPTI sm__warps_active.avg.pct_of_peak_sustained_active "
-      "/ 100).",
-      kernel_labels, OccupancyBuckets());
+      "/ 100).");
   kernel_sampled_dram_ = &registry->AddHistogram(
       "coalesce_kernel_sampled_dram_bytes_per_second",
       "DRAM bytes read and written by a sampled request's kernels over their "
-      "GPU time (CUPTI dram__bytes.sum / gpu__time_duration.sum).",
-      kernel_labels, BandwidthBuckets());
-  std::vector<std::string> sample_labels = kernel_labels;
-  sample_labels.push_back("outcome");
+      "GPU time (CUPTI dram__bytes.sum / gpu__time_duration.sum).");
   kernel_profile_samples_ = &registry->AddCounter(
       "coalesce_kernel_profile_samples_total",
       "Launches the backend picked for device-counter sampling, by outcome: "
       "sampled, or failed (a profiler error or other work inside the range; "
-      "the request itself succeeded).",
-      sample_labels);
+      "the request itself succeeded).");
 
   // ---- Selection.
   selections_ = &registry->AddCounter(
       "coalesce_selections_total",
       "Kernel variants chosen, by how they were chosen (source: forced by "
       "the request, the tuning cache, the shipped table or the roofline "
-      "heuristic).",
-      {"op", "variant", "source"});
+      "heuristic).");
   const std::vector<const KernelVariant*> variants = backend.registry().All();
-  selection_counters_ =
-      std::make_unique<std::array<Counter*, kNumSelectionSources>[]>(
-          variants.size());
+  selection_counters_ = std::make_unique<
+      std::array<std::atomic<Counter*>, kNumSelectionSources>[]>(
+      variants.size());
   for (size_t i = 0; i < variants.size(); ++i) {
-    const KernelVariant* v = variants[i];
-    variant_index_[v] = static_cast<int>(i);
-    const std::string op(OpName(v->op()));
-    const std::string name(v->name());
-    for (int s = 0; s < kNumSelectionSources; ++s) {
-      selection_counters_[i][s] =
-          &selections_->Add({op, name, std::string(kSelectionSources[s])});
+    variant_index_[variants[i]] = static_cast<int>(i);
+    for (std::atomic<Counter*>& c : selection_counters_[i]) {
+      c.store(nullptr, std::memory_order_relaxed);
     }
   }
-  num_kernel_series_ = variants.size() * kNumDTypes * kNumSizeBuckets;
+  num_kernel_series_ =
+      variants.size() *
+      (detail_ == MetricsDetail::kFull ? kNumDTypes * kNumSizeBuckets : 1);
   kernel_series_ =
       std::make_unique<std::atomic<KernelSeries*>[]>(num_kernel_series_);
   for (size_t i = 0; i < num_kernel_series_; ++i) {
@@ -333,51 +281,39 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
 
   // ---- Device and build.
   const bool cpu = device.backend == BackendKind::kCpu;
-  Family<Gauge>& memory_total = registry->AddGauge(
-      "coalesce_device_memory_total_bytes",
-      "Memory of the device (host MemTotal for the CPU backend).",
-      device_labels);
-  memory_total.Add(device_label)
+  registry
+      ->AddGauge("coalesce_device_memory_total_bytes",
+                 "Memory of the device (host MemTotal for the CPU backend).")
+      .Add(device_labels)
       .Set(static_cast<double>(cpu ? HostMemoryBytes() : device.memory_bytes));
+  Family<Gauge>& pinned_family = registry->AddGauge(
+      "coalesce_device_pinned_staging_bytes",
+      cpu ? "Pinned host memory held for staging copies (0: the CPU backend "
+            "stages nothing)."
+          : "Pinned host memory held for staging copies.");
   if (cpu) {
-    // The CUDA backend does not report its memory use to the server yet
-    // (docs/METRICS.md); on the CPU the process's resident set is the
-    // device memory in use.
+    // On the CPU the process's resident set is the device memory in use.
     Gauge& used = registry
                       ->AddGauge("coalesce_device_memory_used_bytes",
                                  "Device memory in use (the process's "
-                                 "resident set for the CPU backend).",
-                                 device_labels)
-                      .Add(device_label);
+                                 "resident set for the CPU backend).")
+                      .Add(device_labels);
     registry->AddCollectHook([&used] { used.Set(ProcessResidentBytes()); });
-    registry
-        ->AddGauge("coalesce_device_pinned_staging_bytes",
-                   "Pinned host memory held for staging copies (0: the CPU "
-                   "backend stages nothing).",
-                   device_labels)
-        .Add(device_label)
-        .Set(0);
+    pinned_family.Add(device_labels).Set(0);
   } else {
     // Read from the backend on every scrape (cudaMemGetInfo and the
     // stream-ordered pool's attributes on the CUDA backend).
     Gauge& used = registry
                       ->AddGauge("coalesce_device_memory_used_bytes",
                                  "Device memory in use, by every process "
-                                 "(cudaMemGetInfo).",
-                                 device_labels)
-                      .Add(device_label);
+                                 "(cudaMemGetInfo).")
+                      .Add(device_labels);
     Gauge& pool = registry
                       ->AddGauge("coalesce_device_pool_reserved_bytes",
                                  "Device memory held by the server's "
-                                 "stream-ordered allocation pool.",
-                                 device_labels)
-                      .Add(device_label);
-    Gauge& pinned = registry
-                        ->AddGauge("coalesce_device_pinned_staging_bytes",
-                                   "Pinned host memory held for staging "
-                                   "copies.",
-                                   device_labels)
-                        .Add(device_label);
+                                 "stream-ordered allocation pool.")
+                      .Add(device_labels);
+    Gauge& pinned = pinned_family.Add(device_labels);
     const Backend* b = &backend;
     registry->AddCollectHook([&used, &pool, &pinned, b] {
       const MemoryStats m = b->Memory();
@@ -388,21 +324,22 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       pinned.Set(static_cast<double>(m.pinned_staging_bytes));
     });
   }
-  if (have_copy_peak_) {
+  if (device.measured_copy_bandwidth > 0) {
     registry
         ->AddGauge("coalesce_device_copy_peak_bytes_per_second",
                    "Device copy bandwidth (read + write) measured at "
-                   "start-up: the peak the utilization ratio divides by.",
-                   device_labels)
-        .Add(device_label)
+                   "start-up: divide a kernel's bandwidth by it for the "
+                   "fraction of the peak.")
+        .Add(device_labels)
         .Set(device.measured_copy_bandwidth);
   }
   registry
       ->AddGauge("coalesce_build_info",
-                 "Build and backend of this server (value 1).",
-                 {"version", "git_sha", "backend", "cuda_runtime"})
-      .Add({COALESCE_VERSION, COALESCE_GIT_SHA,
-            std::string(BackendName(device.backend)), device.runtime_version})
+                 "Build and backend of this server (value 1).")
+      .Add({{"version", COALESCE_VERSION},
+            {"git_sha", COALESCE_GIT_SHA},
+            {"backend", std::string(BackendName(device.backend))},
+            {"cuda_runtime", device.runtime_version}})
       .Set(1);
 }
 
@@ -410,12 +347,37 @@ PrometheusServiceMetrics::~PrometheusServiceMetrics() {
   for (size_t i = 0; i < num_kernel_series_; ++i) {
     delete kernel_series_[i].load(std::memory_order_relaxed);
   }
+  for (std::atomic<RpcSeries*>& series : rpc_series_) {
+    delete series.load(std::memory_order_relaxed);
+  }
+}
+
+PrometheusServiceMetrics::RpcSeries& PrometheusServiceMetrics::SeriesOf(
+    Rpc rpc) {
+  std::atomic<RpcSeries*>& slot = rpc_series_[static_cast<int>(rpc)];
+  RpcSeries* series = slot.load(std::memory_order_acquire);
+  if (series != nullptr) return *series;
+  // First call of this RPC. Family::Add returns the same children to racing
+  // threads; the loser of the exchange frees only its own struct.
+  const Labels label = OpLabel(rpc);
+  auto fresh = std::make_unique<RpcSeries>();
+  fresh->in_flight = &in_flight_->Add(label);
+  fresh->duration = &duration_->Add(label, DurationBuckets());
+  fresh->request_bytes = &request_bytes_->Add(label);
+  fresh->response_bytes = &response_bytes_->Add(label);
+  for (std::atomic<Counter*>& c : fresh->codes) {
+    c.store(nullptr, std::memory_order_relaxed);
+  }
+  if (slot.compare_exchange_strong(series, fresh.get(),
+                                   std::memory_order_acq_rel)) {
+    return *fresh.release();
+  }
+  return *series;
 }
 
 void PrometheusServiceMetrics::RpcStarted(Rpc rpc) {
-  const int r = static_cast<int>(rpc);
-  in_flight_[r]->Increment();
-  if (RunsKernel(rpc)) queued_[r]->Increment();
+  SeriesOf(rpc).in_flight->Increment();
+  if (RunsKernel(rpc)) queued_[static_cast<int>(rpc)]->Increment();
 }
 
 int PrometheusServiceMetrics::VariantIndex(const KernelVariant* variant) const {
@@ -433,16 +395,22 @@ int PrometheusServiceMetrics::VariantIndex(const KernelVariant* variant) const {
 
 void PrometheusServiceMetrics::VariantSelected(const Selection& selection) {
   const int v = VariantIndex(selection.variant);
+  const Labels labels = {{"op", std::string(OpName(selection.variant->op()))},
+                         {"variant", std::string(selection.variant->name())},
+                         {"source", selection.source}};
   for (int s = 0; s < kNumSelectionSources; ++s) {
-    if (selection.source == kSelectionSources[s]) {
-      selection_counters_[v][s]->Increment();
-      return;
+    if (selection.source != kSelectionSources[s]) continue;
+    std::atomic<Counter*>& slot = selection_counters_[v][s];
+    Counter* counter = slot.load(std::memory_order_acquire);
+    if (counter == nullptr) {
+      // Family::Add returns the same child to racing threads.
+      counter = &selections_->Add(labels);
+      slot.store(counter, std::memory_order_release);
     }
+    counter->Increment();
+    return;
   }
-  selections_
-      ->Add({std::string(OpName(selection.variant->op())),
-             std::string(selection.variant->name()), selection.source})
-      .Increment();
+  selections_->Add(labels).Increment();
 }
 
 void PrometheusServiceMetrics::BackendStarted(Rpc rpc) {
@@ -457,28 +425,38 @@ void PrometheusServiceMetrics::LaunchServed(OpKind op, int requests) {
   batch_size_[static_cast<int>(RpcOf(op))]->Observe(requests);
 }
 
+Labels PrometheusServiceMetrics::KernelLabels(
+    const KernelObservation& kernel) const {
+  Labels labels = {{"op", std::string(OpName(kernel.op))},
+                   {"variant", std::string(kernel.variant->name())}};
+  if (detail_ == MetricsDetail::kFull) {
+    labels.emplace("dtype", std::string(DTypeName(kernel.dtype)));
+    labels.emplace("size_bucket",
+                   std::string(SizeBucketName(SizeBucket(kernel.bytes_moved))));
+  }
+  return labels;
+}
+
 PrometheusServiceMetrics::KernelSeries& PrometheusServiceMetrics::Series(
     const KernelObservation& kernel) {
-  const int dtype = static_cast<int>(kernel.dtype);
-  const int size = SizeBucket(kernel.bytes_moved);
-  std::atomic<KernelSeries*>& slot =
-      kernel_series_[(VariantIndex(kernel.variant) * kNumDTypes + dtype) *
-                         kNumSizeBuckets +
-                     size];
+  size_t index = VariantIndex(kernel.variant);
+  if (detail_ == MetricsDetail::kFull) {
+    index = (index * kNumDTypes + static_cast<int>(kernel.dtype)) *
+                kNumSizeBuckets +
+            SizeBucket(kernel.bytes_moved);
+  }
+  std::atomic<KernelSeries*>& slot = kernel_series_[index];
   KernelSeries* series = slot.load(std::memory_order_acquire);
   if (series != nullptr) return *series;
   // First use of this combination. Family::Add returns the same children to
   // racing threads; the loser of the exchange frees only its own struct.
-  const std::vector<std::string> labels = {
-      std::string(OpName(kernel.op)), std::string(kernel.variant->name()),
-      std::string(DTypeName(kernel.dtype)), std::string(SizeBucketName(size))};
+  const Labels labels = KernelLabels(kernel);
   auto fresh = std::make_unique<KernelSeries>();
-  fresh->seconds = &kernel_seconds_->Add(labels);
-  fresh->bandwidth = &kernel_bandwidth_->Add(labels);
-  if (kernel_utilization_ != nullptr) {
-    fresh->utilization = &kernel_utilization_->Add(labels);
+  fresh->seconds = &kernel_seconds_->Add(labels, StageBuckets());
+  fresh->bandwidth = &kernel_bandwidth_->Add(labels, BandwidthBuckets());
+  if (kernel.op == OpKind::kGemm) {
+    fresh->flops = &kernel_flops_->Add(labels, FlopsBuckets());
   }
-  if (kernel.op == OpKind::kGemm) fresh->flops = &kernel_flops_->Add(labels);
   if (slot.compare_exchange_strong(series, fresh.get(),
                                    std::memory_order_acq_rel)) {
     return *fresh.release();
@@ -491,10 +469,7 @@ void PrometheusServiceMetrics::SetLaunchGauges(const KernelObservation& kernel,
   Gauge* occupancy = series.occupancy.load(std::memory_order_acquire);
   Gauge* waves = series.waves.load(std::memory_order_acquire);
   if (occupancy == nullptr || waves == nullptr) {
-    const std::vector<std::string> labels = {
-        std::string(OpName(kernel.op)), std::string(kernel.variant->name()),
-        std::string(DTypeName(kernel.dtype)),
-        std::string(SizeBucketName(SizeBucket(kernel.bytes_moved)))};
+    const Labels labels = KernelLabels(kernel);
     occupancy = &kernel_occupancy_->Add(labels);
     waves = &kernel_waves_->Add(labels);
     series.occupancy.store(occupancy, std::memory_order_release);
@@ -512,10 +487,10 @@ void PrometheusServiceMetrics::ObserveSample(const KernelObservation& kernel,
   Counter* samples = series.samples.load(std::memory_order_acquire);
   if (occupancy == nullptr || dram == nullptr || samples == nullptr) {
     // Family::Add returns the same children to racing threads.
-    std::vector<std::string> labels = KernelLabels(kernel);
-    occupancy = &kernel_achieved_occupancy_->Add(labels);
-    dram = &kernel_sampled_dram_->Add(labels);
-    labels.push_back("sampled");
+    Labels labels = KernelLabels(kernel);
+    occupancy = &kernel_achieved_occupancy_->Add(labels, OccupancyBuckets());
+    dram = &kernel_sampled_dram_->Add(labels, BandwidthBuckets());
+    labels.emplace("outcome", "sampled");
     samples = &kernel_profile_samples_->Add(labels);
     series.achieved_occupancy.store(occupancy, std::memory_order_release);
     series.sampled_dram.store(dram, std::memory_order_release);
@@ -530,8 +505,8 @@ void PrometheusServiceMetrics::CountFailedSample(
     const KernelObservation& kernel, KernelSeries& series) {
   Counter* failed = series.failed_samples.load(std::memory_order_acquire);
   if (failed == nullptr) {
-    std::vector<std::string> labels = KernelLabels(kernel);
-    labels.push_back("failed");
+    Labels labels = KernelLabels(kernel);
+    labels.emplace("outcome", "failed");
     failed = &kernel_profile_samples_->Add(labels);
     series.failed_samples.store(failed, std::memory_order_release);
   }
@@ -561,9 +536,6 @@ void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
     if (kernel.bytes_per_second > 0) {
       series.bandwidth->Observe(kernel.bytes_per_second);
     }
-    if (series.utilization != nullptr && kernel.peak_fraction > 0) {
-      series.utilization->Observe(kernel.peak_fraction);
-    }
     if (series.flops != nullptr && kernel.flops_per_second > 0) {
       series.flops->Observe(kernel.flops_per_second);
     }
@@ -574,18 +546,27 @@ void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
 }
 
 void PrometheusServiceMetrics::RpcFinished(const RpcOutcome& outcome) {
-  const int r = static_cast<int>(outcome.rpc);
   int code = static_cast<int>(outcome.code);
   if (code < 0 || code >= kNumStatusCodes) {
     code = static_cast<int>(absl::StatusCode::kUnknown);
   }
-  requests_[r][code]->Increment();
-  duration_[r]->Observe(NonNegative(outcome.seconds));
-  request_bytes_[r]->Increment(static_cast<double>(outcome.request_bytes));
-  response_bytes_[r]->Increment(static_cast<double>(outcome.response_bytes));
-  in_flight_[r]->Decrement();
+  RpcSeries& series = SeriesOf(outcome.rpc);
+  Counter* requests = series.codes[code].load(std::memory_order_acquire);
+  if (requests == nullptr) {
+    // Family::Add returns the same child to racing threads.
+    requests = &requests_->Add(
+        {{"op", std::string(RpcName(outcome.rpc))},
+         {"code",
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(code))}});
+    series.codes[code].store(requests, std::memory_order_release);
+  }
+  requests->Increment();
+  series.duration->Observe(NonNegative(outcome.seconds));
+  series.request_bytes->Increment(static_cast<double>(outcome.request_bytes));
+  series.response_bytes->Increment(static_cast<double>(outcome.response_bytes));
+  series.in_flight->Decrement();
   if (RunsKernel(outcome.rpc) && !outcome.reached_backend) {
-    queued_[r]->Decrement();
+    queued_[static_cast<int>(outcome.rpc)]->Decrement();
   }
 }
 

@@ -2,17 +2,18 @@
 // unit and label is in docs/METRICS.md), registered in a Registry at
 // construction together with the device and build gauges.
 //
-// Cardinality stays bounded: op, variant, dtype, a size bucket of the bytes
-// moved (le_1MiB .. le_4GiB, gt_4GiB), the gRPC code and the device, never
-// shapes. Children that every deployment has (op x code, op, variant x
-// selection source) are created up front; the per-kernel children
-// (variant x dtype x size bucket, up to a few thousand series) are created on
-// first use and cached in a fixed table of atomic pointers, so that a scrape
-// shows only combinations that ran.
+// Cardinality stays bounded: op, variant, the gRPC code and the device,
+// never shapes; with MetricsDetail::kFull the kernel families add dtype and
+// a size bucket of the bytes moved (le_1MiB .. le_4GiB, gt_4GiB). Children
+// appear on first use (an RPC's series with its first call, a status code's
+// with its first answer, a kernel's with its first run), except those of
+// the four kernel RPCs, which exist from the start so that rates read 0
+// rather than nothing. First uses are cached in fixed tables of atomic
+// pointers.
 //
-// Thread-safe. Every observation after the first of its label combination is
-// lock-free and allocation-free: array and hash-map lookups built at
-// construction, then the atomics of the children.
+// Thread-safe. Every observation after the first of its label combination
+// allocates nothing and takes no shared lock but the histogram child's own
+// mutex (prometheus-cpp's): array lookups, then the child.
 #pragma once
 
 #include <array>
@@ -33,8 +34,7 @@ namespace coalesce::metrics {
 // The labels of every device-scoped series: "device" (the name), "gpu" (the
 // CUDA ordinal) and "gpu_uuid", as DCGM-exporter's gpu and UUID, so that the
 // two join; gpu and gpu_uuid are empty on the CPU backend.
-std::vector<std::string> DeviceLabelNames();
-std::vector<std::string> DeviceLabelValues(const DeviceInfo& device);
+Labels DeviceLabels(const DeviceInfo& device);
 
 // Size buckets of the bytes a kernel moves, by powers of four from 1 MiB
 // (below it an H200 kernel is launch-bound whatever its size) to 4 GiB, then
@@ -56,8 +56,9 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
  public:
   // Registers the families in registry and sets the device and build gauges
   // from backend (variants, device). registry is not owned and must outlive
-  // this object; it keeps a collect hook that reads the process's memory.
-  PrometheusServiceMetrics(Registry* registry, const Backend& backend);
+  // this object; it keeps a collect hook that reads the device's memory.
+  PrometheusServiceMetrics(Registry* registry, const Backend& backend,
+                           MetricsDetail detail = MetricsDetail::kBasic);
   ~PrometheusServiceMetrics() override;
 
   void RpcStarted(Rpc rpc) override;
@@ -69,12 +70,21 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   void RpcFinished(const RpcOutcome& outcome) override;
 
  private:
-  // The children of one variant x dtype x size bucket.
+  // The children of one RPC, created by its first call.
+  struct RpcSeries {
+    Gauge* in_flight = nullptr;
+    Histogram* duration = nullptr;
+    Counter* request_bytes = nullptr;
+    Counter* response_bytes = nullptr;
+    // Created by the first answer with each code.
+    std::array<std::atomic<Counter*>, kNumStatusCodes> codes{};
+  };
+  // The children of one kernel series (variant, or variant x dtype x size
+  // bucket with kFull).
   struct KernelSeries {
     Histogram* seconds = nullptr;
     Histogram* bandwidth = nullptr;
-    Histogram* utilization = nullptr;  // null without a measured copy peak
-    Histogram* flops = nullptr;        // GEMM only
+    Histogram* flops = nullptr;  // GEMM only
     // Created by the first observation that carries a launch (GPU variants).
     std::atomic<Gauge*> occupancy{nullptr};
     std::atomic<Gauge*> waves{nullptr};
@@ -86,20 +96,23 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
     std::atomic<Counter*> failed_samples{nullptr};
   };
 
+  RpcSeries& SeriesOf(Rpc rpc);
   int VariantIndex(const KernelVariant* variant) const;
+  Labels KernelLabels(const KernelObservation& kernel) const;
   KernelSeries& Series(const KernelObservation& kernel);
   void SetLaunchGauges(const KernelObservation& kernel, KernelSeries& series);
   void ObserveSample(const KernelObservation& kernel, KernelSeries& series);
   void CountFailedSample(const KernelObservation& kernel, KernelSeries& series);
 
-  const bool have_copy_peak_;
+  const MetricsDetail detail_;
 
-  // Per RPC.
-  std::array<std::array<Counter*, kNumStatusCodes>, kNumRpcs> requests_{};
-  std::array<Histogram*, kNumRpcs> duration_{};
-  std::array<Gauge*, kNumRpcs> in_flight_{};
-  std::array<Counter*, kNumRpcs> request_bytes_{};
-  std::array<Counter*, kNumRpcs> response_bytes_{};
+  // Per RPC, created on first use (the kernel RPCs' up front).
+  Family<Counter>* requests_ = nullptr;
+  Family<Histogram>* duration_ = nullptr;
+  Family<Gauge>* in_flight_ = nullptr;
+  Family<Counter>* request_bytes_ = nullptr;
+  Family<Counter>* response_bytes_ = nullptr;
+  std::array<std::atomic<RpcSeries*>, kNumRpcs> rpc_series_{};
   // Per kernel RPC (indexed by OpKind).
   std::array<Gauge*, kNumKernelRpcs> queued_{};
   Counter* device_kernel_seconds_ = nullptr;
@@ -111,13 +124,12 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   // Per kernel.
   absl::flat_hash_map<const KernelVariant*, int> variant_index_;
   Family<Counter>* selections_ = nullptr;
-  // [variant][source], sources as in kSelectionSources; another source
-  // would go through the family (locked).
-  std::unique_ptr<std::array<Counter*, kNumSelectionSources>[]>
+  // [variant][source], sources as in kSelectionSources, created on first
+  // use; another source goes through the family (locked).
+  std::unique_ptr<std::array<std::atomic<Counter*>, kNumSelectionSources>[]>
       selection_counters_;
   Family<Histogram>* kernel_seconds_ = nullptr;
   Family<Histogram>* kernel_bandwidth_ = nullptr;
-  Family<Histogram>* kernel_utilization_ = nullptr;
   Family<Histogram>* kernel_flops_ = nullptr;
   Family<Gauge>* kernel_occupancy_ = nullptr;
   Family<Gauge>* kernel_waves_ = nullptr;
@@ -127,7 +139,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   // The first failed sample is logged with its reason; the rest are only
   // counted.
   std::atomic<bool> sample_error_logged_{false};
-  // [(variant * 3 + dtype) * kNumSizeBuckets + size bucket], owned.
+  // kBasic: [variant]; kFull: [(variant * 3 + dtype) * kNumSizeBuckets +
+  // size bucket]. Owned.
   std::unique_ptr<std::atomic<KernelSeries*>[]> kernel_series_;
   size_t num_kernel_series_ = 0;
 };

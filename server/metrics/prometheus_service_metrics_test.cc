@@ -32,22 +32,27 @@ using ::testing::Not;
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-// `name{a="x",...}` as the registry writes it (labels in family order).
+// `name{a="x",...}` as prometheus-cpp writes it: labels sorted by name, a
+// histogram bucket's "le" last.
 std::string Key(const std::string& name, const Labels& labels) {
   if (labels.empty()) return name;
+  std::map<std::string, std::string> sorted(labels.begin(), labels.end());
+  std::string le;
+  if (auto it = sorted.find("le"); it != sorted.end()) {
+    le = absl::StrCat(",le=\"", it->second, "\"");
+    sorted.erase(it);
+  }
   std::vector<std::string> parts;
-  for (const auto& [label, value] : labels) {
+  for (const auto& [label, value] : sorted) {
     parts.push_back(absl::StrCat(label, "=\"", value, "\""));
   }
-  return absl::StrCat(name, "{", absl::StrJoin(parts, ","), "}");
+  if (parts.empty()) return absl::StrCat(name, "{", le.substr(1), "}");
+  return absl::StrCat(name, "{", absl::StrJoin(parts, ","), le, "}");
 }
 
-// A kernel series' labels for a float32 op of at most 1 MiB.
-Labels SmallFloat32Kernel(const std::string& op, const std::string& variant) {
-  return {{"op", op},
-          {"variant", variant},
-          {"dtype", "float32"},
-          {"size_bucket", "le_1MiB"}};
+// A kernel series' labels (--metrics_detail=basic).
+Labels KernelOf(const std::string& op, const std::string& variant) {
+  return {{"op", op}, {"variant", variant}};
 }
 
 // Sample lines of an exposition, by series. Every line must be a comment or
@@ -173,20 +178,25 @@ TEST(SizeBucketTest, PowersOfFourFromOneMebibyte) {
   EXPECT_EQ(SizeBucket(int64_t{1} << 62), metrics::kNumSizeBuckets - 1);
 }
 
-TEST_F(ServiceMetricsTest, SeriesExistBeforeAnyRequest) {
+TEST_F(ServiceMetricsTest, KernelOpSeriesExistBeforeAnyRequest) {
   const std::map<std::string, double> s = Scrape();
-  for (const char* op : {"transpose", "gemm", "convert_layout",
-                         "gelu_layer_norm", "get_server_info"}) {
-    for (const char* code : {"OK", "INVALID_ARGUMENT", "UNIMPLEMENTED",
-                             "RESOURCE_EXHAUSTED", "INTERNAL", "UNAVAILABLE"}) {
-      EXPECT_EQ(
-          s.at(Key("coalesce_requests_total", {{"op", op}, {"code", code}})),
-          0);
-    }
+  for (const char* op :
+       {"transpose", "gemm", "convert_layout", "gelu_layer_norm"}) {
+    EXPECT_EQ(
+        s.at(Key("coalesce_requests_total", {{"op", op}, {"code", "OK"}})), 0);
     EXPECT_EQ(s.at(Key("coalesce_requests_in_flight", {{"op", op}})), 0);
     EXPECT_EQ(
         s.at(Key("coalesce_request_duration_seconds_count", {{"op", op}})), 0);
+    EXPECT_EQ(s.at(Key("coalesce_request_queue_seconds_count", {{"op", op}})),
+              0);
   }
+  // Other RPCs and other codes appear with their first use.
+  EXPECT_EQ(
+      s.count(Key("coalesce_requests_in_flight", {{"op", "get_server_info"}})),
+      0u);
+  EXPECT_EQ(s.count(Key("coalesce_requests_total",
+                        {{"op", "transpose"}, {"code", "INVALID_ARGUMENT"}})),
+            0u);
   // The CPU backend has no GPU ordinal or UUID: those labels are empty.
   const Labels device = {
       {"device", backend_->device().name}, {"gpu", ""}, {"gpu_uuid", ""}};
@@ -201,21 +211,18 @@ TEST_F(ServiceMetricsTest, SeriesExistBeforeAnyRequest) {
                                              {"backend", "cpu"},
                                              {"cuda_runtime", ""}})),
             1);
-  // Selection counters of every variant, by both sources.
-  for (const KernelVariant* v : backend_->registry().All()) {
-    for (const char* source : {"forced", "cache", "table", "heuristic"}) {
-      EXPECT_EQ(s.count(Key("coalesce_selections_total",
-                            {{"op", std::string(OpName(v->op()))},
-                             {"variant", std::string(v->name())},
-                             {"source", source}})),
-                1u);
-    }
-  }
-  EXPECT_EQ(s.at(Key("coalesce_device_copy_peak_bytes_per_second", device)),
-            backend_->device().measured_copy_bandwidth);
-  // Kernel series appear with the first kernel of their combination.
-  EXPECT_THAT(server_->registry->Serialize(),
-              Not(HasSubstr("coalesce_kernel_seconds_bucket")));
+  // The process, the tensor store and shared memory, empty.
+  EXPECT_GT(s.at("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(s.at("process_open_fds"), 0);
+  EXPECT_EQ(s.at("coalesce_tensor_store_bytes"), 0);
+  EXPECT_EQ(s.at("coalesce_tensor_store_tensors"), 0);
+  EXPECT_EQ(s.at(Key("coalesce_shared_memory_regions", {{"kind", "system"}})),
+            0);
+  // Kernel and selection series appear with the first kernel of their
+  // combination.
+  const std::string text = server_->registry->Serialize();
+  EXPECT_THAT(text, Not(HasSubstr("coalesce_kernel_seconds_bucket")));
+  EXPECT_THAT(text, Not(HasSubstr("coalesce_selections_total{")));
 }
 
 // A GPU's series carry its ordinal and UUID, as DCGM-exporter's gpu and
@@ -226,16 +233,18 @@ TEST(DeviceLabelsTest, GpuOrdinalAndUuidOnCudaOnly) {
   gpu.name = "NVIDIA H200";
   gpu.ordinal = 3;
   gpu.uuid = "GPU-0b5f3c4e-8d7a-6f21-9e0d-1a2b3c4d5e6f";
-  EXPECT_THAT(metrics::DeviceLabelNames(),
-              ElementsAre("device", "gpu", "gpu_uuid"));
-  EXPECT_THAT(metrics::DeviceLabelValues(gpu),
-              ElementsAre("NVIDIA H200", "3",
-                          "GPU-0b5f3c4e-8d7a-6f21-9e0d-1a2b3c4d5e6f"));
+  EXPECT_EQ(metrics::DeviceLabels(gpu),
+            (metrics::Labels{
+                {"device", "NVIDIA H200"},
+                {"gpu", "3"},
+                {"gpu_uuid", "GPU-0b5f3c4e-8d7a-6f21-9e0d-1a2b3c4d5e6f"}}));
   DeviceInfo cpu;
   cpu.name = "x86_64 (2 threads)";
   cpu.uuid = "ignored";
-  EXPECT_THAT(metrics::DeviceLabelValues(cpu),
-              ElementsAre("x86_64 (2 threads)", "", ""));
+  EXPECT_EQ(
+      metrics::DeviceLabels(cpu),
+      (metrics::Labels{
+          {"device", "x86_64 (2 threads)"}, {"gpu", ""}, {"gpu_uuid", ""}}));
 }
 
 TEST_F(ServiceMetricsTest, EveryOpIsObserved) {
@@ -300,18 +309,16 @@ TEST_F(ServiceMetricsTest, EveryOpIsObserved) {
     // The CPU backend copies nothing.
     EXPECT_EQ(s.at(Key("coalesce_request_h2d_seconds_sum", op)), 0);
     EXPECT_EQ(s.at(Key("coalesce_request_d2h_seconds_count", op)), 1);
-    const Labels kernel = SmallFloat32Kernel(c.op, c.report->variant());
-    // The exported figures are the report's, to the last bit.
+    const Labels kernel = KernelOf(c.op, c.report->variant());
+    // The exported figures are the report's (prometheus-cpp writes 16
+    // significant digits).
     EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_count", kernel)), 1);
-    EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_sum", kernel)),
-              c.report->kernel_seconds());
-    EXPECT_EQ(
+    EXPECT_DOUBLE_EQ(s.at(Key("coalesce_kernel_seconds_sum", kernel)),
+                     c.report->kernel_seconds());
+    EXPECT_DOUBLE_EQ(
         s.at(Key("coalesce_kernel_bandwidth_bytes_per_second_sum", kernel)),
         c.report->achieved_bytes_per_second());
     EXPECT_GT(c.report->achieved_bytes_per_second(), 0);
-    EXPECT_EQ(
-        s.at(Key("coalesce_kernel_bandwidth_utilization_ratio_sum", kernel)),
-        c.report->peak_bandwidth_fraction());
     EXPECT_GT(c.report->peak_bandwidth_fraction(), 0);
     EXPECT_EQ(
         s.at(Key("coalesce_selections_total", {{"op", c.op},
@@ -321,7 +328,7 @@ TEST_F(ServiceMetricsTest, EveryOpIsObserved) {
     const std::string flops =
         Key("coalesce_kernel_flops_per_second_sum", kernel);
     if (std::string(c.op) == "gemm") {
-      EXPECT_EQ(s.at(flops), c.report->achieved_flops_per_second());
+      EXPECT_DOUBLE_EQ(s.at(flops), c.report->achieved_flops_per_second());
     } else {
       EXPECT_EQ(s.count(flops), 0u);
     }
@@ -329,6 +336,30 @@ TEST_F(ServiceMetricsTest, EveryOpIsObserved) {
   // CPU variants report no launch.
   EXPECT_THAT(server_->registry->Serialize(),
               Not(HasSubstr("coalesce_kernel_theoretical_occupancy_ratio{")));
+}
+
+TEST_F(ServiceMetricsTest, FullDetailAddsDtypeAndSizeBucket) {
+  backend_ = nullptr;
+  server_.reset();
+  stub_.reset();
+  backend_ = CreateCpuBackend(2);
+  ServerConfig config;
+  config.listen = "";
+  config.metrics_detail = MetricsDetail::kFull;
+  absl::StatusOr<std::unique_ptr<RunningServer>> server =
+      BuildServer(config, backend_.get(), "test");
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  stub_ = v1::TensorOps::NewStub(server_->InProcessChannel());
+  grpc::ClientContext context;
+  v1::TransposeResponse response;
+  ASSERT_TRUE(stub_->Transpose(&context, Transpose(16, 24), &response).ok());
+  const std::map<std::string, double> s = Scrape();
+  Labels kernel = KernelOf("transpose", response.report().variant());
+  EXPECT_EQ(s.count(Key("coalesce_kernel_seconds_count", kernel)), 0u);
+  kernel.emplace_back("dtype", "float32");
+  kernel.emplace_back("size_bucket", "le_1MiB");
+  EXPECT_EQ(s.at(Key("coalesce_kernel_seconds_count", kernel)), 1);
 }
 
 TEST_F(ServiceMetricsTest, ErrorsAreCountedByCode) {
@@ -420,14 +451,11 @@ TEST_F(ServiceMetricsTest, LaunchFiguresAndCopyPeakWhenTheBackendHasThem) {
   ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
   const v1::KernelReport& report = response.report();
   const std::map<std::string, double> s = Scrape();
-  const Labels kernel = SmallFloat32Kernel("transpose", report.variant());
+  const Labels kernel = KernelOf("transpose", report.variant());
   EXPECT_EQ(s.at(Key("coalesce_kernel_theoretical_occupancy_ratio", kernel)),
             LaunchingBackend::kOccupancy);
   EXPECT_EQ(s.at(Key("coalesce_kernel_waves", kernel)),
             LaunchingBackend::kWaves);
-  EXPECT_EQ(
-      s.at(Key("coalesce_kernel_bandwidth_utilization_ratio_sum", kernel)),
-      report.peak_bandwidth_fraction());
   EXPECT_DOUBLE_EQ(
       report.peak_bandwidth_fraction(),
       report.achieved_bytes_per_second() / LaunchingBackend::kCopyPeak);
@@ -466,8 +494,7 @@ TEST_F(ServiceMetricsTest, SampledCountersOfSampledRequestsOnly) {
     ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
   }
   const std::map<std::string, double> s = Scrape();
-  const Labels kernel =
-      SmallFloat32Kernel("transpose", response.report().variant());
+  const Labels kernel = KernelOf("transpose", response.report().variant());
   EXPECT_EQ(s.at(Key("coalesce_kernel_achieved_occupancy_ratio_count", kernel)),
             2);
   EXPECT_DOUBLE_EQ(
@@ -505,8 +532,7 @@ TEST_F(ServiceMetricsTest, FailedSamplesAreCountedAndKeptOutOfKernelTimes) {
   v1::TransposeResponse response;
   ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
   const std::map<std::string, double> s = Scrape();
-  const Labels kernel =
-      SmallFloat32Kernel("transpose", response.report().variant());
+  const Labels kernel = KernelOf("transpose", response.report().variant());
   Labels failed = kernel;
   failed.emplace_back("outcome", "failed");
   EXPECT_EQ(s.at(Key("coalesce_kernel_profile_samples_total", failed)), 1);

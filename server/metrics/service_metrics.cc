@@ -61,4 +61,15 @@ absl::string_view RpcName(Rpc rpc) {
   }
 }
 
+bool ParseMetricsDetail(absl::string_view text, MetricsDetail* detail) {
+  if (text == "basic") {
+    *detail = MetricsDetail::kBasic;
+  } else if (text == "full") {
+    *detail = MetricsDetail::kFull;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace coalesce

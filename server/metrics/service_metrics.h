@@ -97,6 +97,15 @@ struct RpcOutcome {
   bool reached_backend = false;  // BackendStarted was called
 };
 
+// How much per-kernel detail the kernel metric families carry
+// (--metrics_detail).
+enum class MetricsDetail {
+  kBasic,  // op and variant
+  kFull,   // op, variant, dtype and size bucket
+};
+// "basic" or "full"; false otherwise.
+bool ParseMetricsDetail(absl::string_view text, MetricsDetail* detail);
+
 class ServiceMetrics {
  public:
   virtual ~ServiceMetrics() = default;

@@ -266,6 +266,22 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view owner,
   return absl::OkStatus();
 }
 
+SharedMemoryRegistry::Stats SharedMemoryRegistry::stats() const {
+  Stats stats;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, region] : regions_) {
+    const auto bytes = static_cast<int64_t>(region->byte_size());
+    if (region->on_device()) {
+      ++stats.cuda_regions;
+      stats.cuda_bytes += bytes;
+    } else {
+      ++stats.system_regions;
+      stats.system_bytes += bytes;
+    }
+  }
+  return stats;
+}
+
 std::vector<SharedMemoryListing> SharedMemoryRegistry::List(
     absl::string_view owner) const {
   absl::MutexLock lock(&mu_);

@@ -162,6 +162,14 @@ class SharedMemoryRegistry {
                           bool on_device = false);
   // owner's regions, by name.
   std::vector<SharedMemoryListing> List(absl::string_view owner) const;
+  // Regions registered now, and the bytes they cover, by kind.
+  struct Stats {
+    int64_t system_regions = 0;
+    int64_t system_bytes = 0;
+    int64_t cuda_regions = 0;
+    int64_t cuda_bytes = 0;
+  };
+  Stats stats() const;
   // owner's region name (NOT_FOUND otherwise), not yet checked: callers
   // check the range they use and then CheckAlive.
   absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> Find(

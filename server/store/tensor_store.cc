@@ -336,6 +336,21 @@ int64_t TensorStore::total_used_bytes() const {
   return ledger_->total;
 }
 
+TensorStore::Stats TensorStore::stats() const {
+  Stats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, entry] : tensors_) {
+      if (entry.committed) ++stats.tensors;
+      if (entry.upload) ++stats.uploads;
+    }
+    stats.expired_tensors = expired_tensors_;
+    stats.abandoned_uploads = abandoned_uploads_;
+  }
+  stats.bytes = total_used_bytes();
+  return stats;
+}
+
 int TensorStore::SweepExpired() {
   if (options_.ttl == absl::InfiniteDuration() &&
       options_.upload_idle_timeout == absl::InfiniteDuration()) {
@@ -353,6 +368,7 @@ int TensorStore::SweepExpired() {
     const absl::Duration limit =
         entry.upload ? options_.upload_idle_timeout : options_.ttl;
     if (entry.allocated && now - entry.last_used > limit) {
+      ++(entry.upload ? abandoned_uploads_ : expired_tensors_);
       EraseLocked(it, erased);
       ++freed;
     }

@@ -182,6 +182,16 @@ class TensorStore {
   int64_t used_bytes(absl::string_view owner) const;
   int64_t total_used_bytes() const;
   const TensorStoreOptions& options() const { return options_; }
+
+  // What the store holds now, and what the sweeper removed since it began.
+  struct Stats {
+    int64_t bytes = 0;    // charged, as total_used_bytes
+    int64_t tensors = 0;  // committed tensors
+    int64_t uploads = 0;  // uploads in progress (created, not committed)
+    int64_t expired_tensors = 0;    // freed after the TTL
+    int64_t abandoned_uploads = 0;  // idle past upload_idle_timeout
+  };
+  Stats stats() const;
   TensorMemory& memory() const { return *memory_; }
 
   // Abandons every upload idle for longer than upload_idle_timeout (calling
@@ -238,6 +248,8 @@ class TensorStore {
   // handle is fresh across all owners.
   absl::flat_hash_map<std::string, int> handle_owners_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> uploads_ ABSL_GUARDED_BY(mu_);
+  int64_t expired_tensors_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t abandoned_uploads_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;
 };

@@ -17,7 +17,7 @@ def served_transposes(server):
     # The server's own count, from its /metrics.
     text = urllib.request.urlopen(
         f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read()
-    m = re.search(rb'coalesce_requests_total\{op="transpose",code="OK"\} (\S+)',
+    m = re.search(rb'coalesce_requests_total\{code="OK",op="transpose"\} (\S+)',
                   text)
     return int(float(m.group(1))) if m else 0
 

@@ -856,11 +856,11 @@ TEST_F(InferenceServiceTest, EveryRpcIsReportedToTheMetrics) {
       Infer(RawRequest("resnet", "FP32", {1}, "abcd"), &response).ok());
   const std::string text = server_->registry->Serialize();
   for (const char* series : {
-           "coalesce_requests_total{op=\"kserve_model_ready\",code=\"OK\"} 1",
-           "coalesce_requests_total{op=\"kserve_model_infer\",code=\"OK\"} 1",
-           "coalesce_requests_total{op=\"kserve_model_infer\",code=\"NOT_"
-           "FOUND\"} 1",
-           "coalesce_requests_total{op=\"transpose\",code=\"OK\"} 1",
+           "coalesce_requests_total{code=\"OK\",op=\"kserve_model_ready\"} 1",
+           "coalesce_requests_total{code=\"OK\",op=\"kserve_model_infer\"} 1",
+           "coalesce_requests_total{code=\"NOT_FOUND\",op=\"kserve_model_"
+           "infer\"} 1",
+           "coalesce_requests_total{code=\"OK\",op=\"transpose\"} 1",
            "coalesce_requests_in_flight{op=\"kserve_model_infer\"} 0",
        }) {
     EXPECT_THAT(text, HasSubstr(series));
