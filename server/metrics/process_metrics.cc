@@ -12,9 +12,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace coalesce::metrics {
 namespace {
@@ -88,11 +88,10 @@ ProcessStats ReadProcessStats() {
 }
 
 void AddProcessMetrics(Registry* registry) {
-  Gauge& resident =
-      registry
-          ->AddGauge("process_resident_memory_bytes",
-                     "Resident memory size in bytes.")
-          .Add({});
+  Gauge& resident = registry
+                        ->AddGauge("process_resident_memory_bytes",
+                                   "Resident memory size in bytes.")
+                        .Add({});
   Gauge& virtual_memory = registry
                               ->AddGauge("process_virtual_memory_bytes",
                                          "Virtual memory size in bytes.")
