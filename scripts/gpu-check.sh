@@ -6,8 +6,9 @@
 #   tests     the GPU conformance suite, stacked launches (stacked_test:
 #             batches against each part alone), then handles in device memory
 #             through a server (gpu_data_plane_test) and the CUPTI sampler
-#             (profile_sampling_gpu_test) and CUDA shared memory from another
-#             process through the KServe API (cuda_shm_gpu_test)
+#             (profile_sampling_gpu_test), NVML GPM's device-level counters
+#             under a copy loop (gpm_reader_gpu_test) and CUDA shared memory
+#             from another process through the KServe API (cuda_shm_gpu_test)
 #   sanitize  compute-sanitizer memcheck and racecheck over that suite
 #             (every variant, resident operands, chained transposes;
 #             SANITIZE_SKIP_CONFORMANCE=1 leaves it out), over the stacked
@@ -126,7 +127,7 @@ if has tests; then
   "$bin/cuda_conformance_test" 2>&1 | tail -n 30 | tee "$out/gpu-tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   for t in stacked_test gpu_data_plane_test profile_sampling_gpu_test \
-           cuda_shm_gpu_test; do
+           gpm_reader_gpu_test cuda_shm_gpu_test; do
     [ -x "$bin/$t" ] || continue
     echo "== $t"
     "$bin/$t" 2>&1 | tail -n 30 | tee -a "$out/gpu-tests.log"

@@ -36,6 +36,7 @@
 #include "server/auth/token_file.h"
 #include "server/logging/access_log.h"
 #include "server/logging/log.h"
+#include "server/metrics/device_activity_metrics.h"
 #include "server/metrics/profile_sampling.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -54,9 +55,13 @@ ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT (IPv4) to serve the KServe v2 protocol over HTTP/REST "
           "on; port 0 picks a free port (printed on stdout); empty: off");
 ABSL_FLAG(std::string, profile_sampling, "off",
-          "off | sampled: sample device counters (achieved occupancy, DRAM "
-          "throughput) of kernel launches with CUPTI; where that is "
-          "unavailable the reason is logged at start-up and the rest runs");
+          "off | sampled | gpm: sampled samples device counters (achieved "
+          "occupancy, DRAM throughput) of kernel launches with CUPTI, and "
+          "falls back to gpm when another profiler (DCGM) holds CUPTI's; gpm "
+          "reads the whole device's SM occupancy and DRAM bandwidth from "
+          "NVML GPM every second (device gauges, Hopper or newer); where "
+          "neither is available the reason is logged at start-up and the "
+          "rest runs");
 ABSL_FLAG(double, profile_sampling_fraction,
           coalesce::kDefaultProfileSamplingFraction,
           "with --profile_sampling=sampled, the fraction of kernel launches "
@@ -330,8 +335,9 @@ bool CheckFlagValues(std::string* error) {
   }
   ProfileSampling sampling;
   if (!ParseProfileSampling(absl::GetFlag(FLAGS_profile_sampling), &sampling)) {
-    *error = absl::StrCat("--profile_sampling must be off or sampled, not '",
-                          absl::GetFlag(FLAGS_profile_sampling), "'");
+    *error =
+        absl::StrCat("--profile_sampling must be off, sampled or gpm, not '",
+                     absl::GetFlag(FLAGS_profile_sampling), "'");
     return false;
   }
   const absl::Status fraction = ValidateProfileSamplingFraction(
@@ -446,7 +452,7 @@ int Main(int argc, char** argv) {
       "                  [--device=auto|cpu|cuda] [--max_tensor_bytes=N]\n"
       "                  [--max_message_bytes=N] [--threads=N]\n"
       "                  [--metrics_detail=basic|full]\n"
-      "                  [--profile_sampling=off|sampled]\n"
+      "                  [--profile_sampling=off|sampled|gpm]\n"
       "                  [--profile_sampling_fraction=F]\n"
       "                  [--tensor_quota_bytes=N] [--tensor_cap_bytes=N]\n"
       "                  [--tensor_ttl_s=S] [--max_concurrent_streams=N]\n"
@@ -533,14 +539,15 @@ int Main(int argc, char** argv) {
 
   ProfileSampling sampling = ProfileSampling::kOff;
   ParseProfileSampling(absl::GetFlag(FLAGS_profile_sampling), &sampling);
-  if (sampling == ProfileSampling::kSampled) {
-    const ProfileSamplingStart start = StartProfileSampling(
-        *choice->backend, absl::GetFlag(FLAGS_profile_sampling_fraction));
-    if (start.enabled) {
-      spdlog::info("--profile_sampling=sampled: {}", start.message);
-    } else {
-      spdlog::warn("--profile_sampling=sampled: {}", start.message);
-    }
+  ProfileSamplingStart sampling_start =
+      StartProfileSampling(*choice->backend, sampling,
+                           absl::GetFlag(FLAGS_profile_sampling_fraction));
+  if (!sampling_start.message.empty()) {
+    // One line: what is on, or why not and what serves instead.
+    spdlog::log(
+        sampling_start.degraded ? spdlog::level::warn : spdlog::level::info,
+        "--profile_sampling={}: {}", absl::GetFlag(FLAGS_profile_sampling),
+        sampling_start.message);
   }
 
   ServerConfig config;
@@ -610,6 +617,15 @@ int Main(int argc, char** argv) {
     spdlog::critical("{}", server.status().ToString());
     return 1;
   }
+  // The device-level counters (--profile_sampling=gpm, or sampled's
+  // fallback), read on a thread of their own and exported on each scrape.
+  std::shared_ptr<metrics::DeviceActivityPoller> device_activity;
+  if (sampling_start.device_activity != nullptr) {
+    device_activity = std::make_shared<metrics::DeviceActivityPoller>(
+        std::move(sampling_start.device_activity));
+    metrics::AddDeviceActivityMetrics((*server)->registry.get(), device,
+                                      device_activity);
+  }
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
   const std::string metrics_host =
       config.metrics_listen.substr(0, config.metrics_listen.rfind(':'));
@@ -666,6 +682,8 @@ int Main(int argc, char** argv) {
   // between runs) stops.
   (*server)->server->Shutdown(std::chrono::system_clock::now() + grace);
   drain.join();
+  // Scrapes keep serving its last reading.
+  if (device_activity != nullptr) device_activity->Stop();
   // Nothing left to flush: the tuning cache is written whole on each tuning
   // and the rest is memory. Ending here keeps teardown (civetweb's stop
   // alone waits out a 2 s poll) out of the exit time.

@@ -40,6 +40,8 @@ ABSENT_ON_CPU = {
         "device-counter sampling (CUDA, --profile_sampling)",
     "coalesce_kernel_profile_samples_total":
         "device-counter sampling (CUDA, --profile_sampling)",
+    "coalesce_device_sm_occupancy_ratio": "NVML GPM, CUDA only",
+    "coalesce_device_dram_bytes_per_second": "NVML GPM, CUDA only",
 }
 
 # Per op: the CLI arguments of a problem moving about `mib` MiB in float32

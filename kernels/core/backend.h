@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/core/device_activity.h"
 #include "kernels/core/device_info.h"
 #include "kernels/core/registry.h"
 #include "kernels/core/variant.h"
@@ -224,11 +225,23 @@ class Backend {
   // follows it) of every Nth Execute, N = round(1 / fraction), and returns
   // N; a later call changes N. INVALID_ARGUMENT unless 0 < fraction <= 1;
   // where the backend cannot sample, an error saying why (the default,
-  // UNIMPLEMENTED: no device counters), and Execute samples nothing.
+  // UNIMPLEMENTED: no device counters; UNAVAILABLE: another profiler, e.g.
+  // DCGM's profiling metrics or Nsight, holds the device's counters), and
+  // Execute samples nothing.
   virtual absl::StatusOr<int64_t> EnableProfileSampling(double /*fraction*/) {
     return absl::UnimplementedError(
         absl::StrCat("the ", BackendName(kind()),
                      " backend has no device counters to sample"));
+  }
+  // A reader of the whole device's SM occupancy and DRAM throughput over
+  // intervals (DeviceActivityReader), from counters that other profilers
+  // do not lock (NVML GPM on the CUDA backend). The default, UNIMPLEMENTED:
+  // no such counters; otherwise an error saying why the device offers none.
+  virtual absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
+  OpenDeviceActivityReader() const {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", BackendName(kind()),
+                     " backend has no device-level activity counters"));
   }
 
  protected:

@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "base/status_macros.h"
 #include "kernels/core/stacking.h"
+#include "kernels/cuda/profiling/gpm_reader.h"
 #include "kernels/cuda/profiling/sampled_launch.h"
 #include "kernels/cuda/runtime/batch_copy.h"
 #include "kernels/cuda/runtime/benchmark.h"
@@ -225,6 +226,16 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<int64_t> EnableProfileSampling(double fraction) override {
     return sampling_.Enable(fraction, device_.ordinal, lanes_.health());
+  }
+
+  // NVML GPM of this GPU, found by its UUID; DRAM_BW_UTIL is scaled by the
+  // theoretical bandwidth from the device's properties.
+  absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
+  OpenDeviceActivityReader() const override {
+    COALESCE_ASSIGN_OR_RETURN(
+        std::unique_ptr<cuda::GpmReader> reader,
+        cuda::GpmReader::Create(device_.uuid, device_.theoretical_bandwidth));
+    return std::unique_ptr<DeviceActivityReader>(std::move(reader));
   }
 
   absl::Status Execute(const KernelVariant& v, const Problem& p,

@@ -1,11 +1,13 @@
 // --profile_sampling and --profile_sampling_fraction: parsing, validation,
-// and what start-up logs for a backend that can sample and for ones that
-// cannot.
+// and what start-up turns on and logs for a backend that can sample, one
+// whose profiler another holds (the NVML GPM fallback) and ones that cannot.
 #include "server/metrics/profile_sampling.h"
 
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -16,13 +18,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(ParseProfileSamplingTest, AcceptsOffAndSampledOnly) {
+TEST(ParseProfileSamplingTest, AcceptsOffSampledAndGpmOnly) {
   ProfileSampling mode = ProfileSampling::kSampled;
   ASSERT_TRUE(ParseProfileSampling("off", &mode));
   EXPECT_EQ(mode, ProfileSampling::kOff);
   ASSERT_TRUE(ParseProfileSampling("sampled", &mode));
   EXPECT_EQ(mode, ProfileSampling::kSampled);
-  for (const char* bad : {"", "on", "always", "Sampled", "sampled "}) {
+  ASSERT_TRUE(ParseProfileSampling("gpm", &mode));
+  EXPECT_EQ(mode, ProfileSampling::kGpm);
+  for (const char* bad :
+       {"", "on", "always", "Sampled", "sampled ", "GPM", "nvml"}) {
     EXPECT_FALSE(ParseProfileSampling(bad, &mode)) << bad;
   }
 }
@@ -39,12 +44,22 @@ TEST(ValidateProfileSamplingFractionTest, AcceptsZeroToOneExcludingZero) {
   }
 }
 
-// The CPU backend with EnableProfileSampling answering what a CUDA backend
-// would.
+// A device-level reader that reads nothing: only whether it was opened
+// matters here.
+class NullReader final : public DeviceActivityReader {
+ public:
+  absl::StatusOr<DeviceActivity> Read() override { return DeviceActivity{}; }
+};
+
+// The CPU backend with EnableProfileSampling and OpenDeviceActivityReader
+// answering what a CUDA backend would.
 class SamplingBackend final : public Backend {
  public:
-  explicit SamplingBackend(absl::StatusOr<int64_t> answer)
-      : cpu_(CreateCpuBackend(1)), answer_(std::move(answer)) {}
+  explicit SamplingBackend(absl::StatusOr<int64_t> answer,
+                           absl::Status gpm = absl::OkStatus())
+      : cpu_(CreateCpuBackend(1)),
+        answer_(std::move(answer)),
+        gpm_(std::move(gpm)) {}
   BackendKind kind() const override { return BackendKind::kCuda; }
   const DeviceInfo& device() const override { return cpu_->device(); }
   const VariantRegistry& registry() const override { return cpu_->registry(); }
@@ -54,19 +69,52 @@ class SamplingBackend final : public Backend {
   }
   absl::StatusOr<int64_t> EnableProfileSampling(double fraction) override {
     fraction_ = fraction;
+    ++enable_calls_;
     return answer_;
   }
+  absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
+  OpenDeviceActivityReader() const override {
+    ++open_calls_;
+    if (!gpm_.ok()) return gpm_;
+    return std::unique_ptr<DeviceActivityReader>(new NullReader());
+  }
   double fraction_ = 0;
+  int enable_calls_ = 0;
+  mutable int open_calls_ = 0;
 
  private:
   std::unique_ptr<Backend> cpu_;
   absl::StatusOr<int64_t> answer_;
+  absl::Status gpm_;
 };
+
+// What DCGM's profiling metrics make CUPTI answer (cupti_sampler.cc).
+absl::Status ProfilerHeld() {
+  return absl::UnavailableError(
+      "cuptiRangeProfilerEnable: CUPTI_ERROR_HARDWARE_BUSY (CUptiResult 26); "
+      "another profiler (DCGM profiling, Nsight Compute or Systems) holds "
+      "the device's counters");
+}
+
+TEST(StartProfileSamplingTest, OffTurnsOnNothing) {
+  SamplingBackend backend(100);
+  const ProfileSamplingStart start =
+      StartProfileSampling(backend, ProfileSampling::kOff, 0.01);
+  EXPECT_FALSE(start.enabled);
+  EXPECT_EQ(start.device_activity, nullptr);
+  EXPECT_TRUE(start.message.empty());
+  EXPECT_EQ(backend.enable_calls_, 0);
+  EXPECT_EQ(backend.open_calls_, 0);
+}
 
 TEST(StartProfileSamplingTest, SaysOneInN) {
   SamplingBackend backend(100);
-  const ProfileSamplingStart start = StartProfileSampling(backend, 0.01);
+  const ProfileSamplingStart start =
+      StartProfileSampling(backend, ProfileSampling::kSampled, 0.01);
   EXPECT_TRUE(start.enabled);
+  EXPECT_FALSE(start.degraded);
+  EXPECT_EQ(start.device_activity, nullptr);
+  EXPECT_EQ(backend.open_calls_, 0);
   EXPECT_EQ(backend.fraction_, 0.01);
   EXPECT_EQ(start.message,
             "sampling 1 in 100 launches (--profile_sampling_fraction=0.01)");
@@ -75,8 +123,13 @@ TEST(StartProfileSamplingTest, SaysOneInN) {
 TEST(StartProfileSamplingTest, SaysWhyTheBackendCannot) {
   SamplingBackend backend(absl::PermissionDeniedError(
       "cuptiRangeProfilerEnable: insufficient privileges"));
-  const ProfileSamplingStart start = StartProfileSampling(backend, 1);
+  const ProfileSamplingStart start =
+      StartProfileSampling(backend, ProfileSampling::kSampled, 1);
   EXPECT_FALSE(start.enabled);
+  EXPECT_TRUE(start.degraded);
+  // Only a profiler held elsewhere falls back to GPM.
+  EXPECT_EQ(start.device_activity, nullptr);
+  EXPECT_EQ(backend.open_calls_, 0);
   EXPECT_THAT(start.message,
               HasSubstr("unavailable (PERMISSION_DENIED: "
                         "cuptiRangeProfilerEnable: insufficient privileges)"));
@@ -86,11 +139,60 @@ TEST(StartProfileSamplingTest, SaysWhyTheBackendCannot) {
 
 TEST(StartProfileSamplingTest, TheCpuBackendHasNoCounters) {
   std::unique_ptr<Backend> cpu = CreateCpuBackend(1);
-  const ProfileSamplingStart start = StartProfileSampling(*cpu, 0.5);
+  const ProfileSamplingStart start =
+      StartProfileSampling(*cpu, ProfileSampling::kSampled, 0.5);
   EXPECT_FALSE(start.enabled);
   EXPECT_THAT(start.message,
               HasSubstr("UNIMPLEMENTED: the cpu backend has no device "
                         "counters to sample"));
+  const ProfileSamplingStart gpm =
+      StartProfileSampling(*cpu, ProfileSampling::kGpm, 0.5);
+  EXPECT_EQ(gpm.device_activity, nullptr);
+  EXPECT_TRUE(gpm.degraded);
+  EXPECT_THAT(gpm.message,
+              HasSubstr("NVML GPM is unavailable (UNIMPLEMENTED: the cpu "
+                        "backend has no device-level activity counters)"));
+}
+
+TEST(StartProfileSamplingTest, ProfilerHeldElsewhereFallsBackToGpm) {
+  SamplingBackend backend(ProfilerHeld());
+  const ProfileSamplingStart start =
+      StartProfileSampling(backend, ProfileSampling::kSampled, 0.01);
+  EXPECT_FALSE(start.enabled);
+  EXPECT_TRUE(start.degraded);
+  EXPECT_NE(start.device_activity, nullptr);
+  EXPECT_THAT(start.message,
+              HasSubstr("CUPTI's profiler is held by another profiler "
+                        "(UNAVAILABLE: cuptiRangeProfilerEnable: "
+                        "CUPTI_ERROR_HARDWARE_BUSY"));
+  EXPECT_THAT(start.message,
+              HasSubstr("falling back to NVML GPM: reading the whole "
+                        "device's SM occupancy and DRAM bandwidth"));
+  EXPECT_EQ(start.message.find('\n'), std::string::npos);
+}
+
+TEST(StartProfileSamplingTest, FallbackSaysWhenGpmIsUnavailableToo) {
+  SamplingBackend backend(ProfilerHeld(),
+                          absl::UnimplementedError("GPU-x does not support "
+                                                   "NVML GPM"));
+  const ProfileSamplingStart start =
+      StartProfileSampling(backend, ProfileSampling::kSampled, 0.01);
+  EXPECT_EQ(start.device_activity, nullptr);
+  EXPECT_TRUE(start.degraded);
+  EXPECT_THAT(start.message, HasSubstr("falling back to NVML GPM: "
+                                       "unavailable too (UNIMPLEMENTED: "
+                                       "GPU-x does not support NVML GPM)"));
+}
+
+TEST(StartProfileSamplingTest, GpmAsksOnlyForTheDeviceReader) {
+  SamplingBackend backend(100);
+  const ProfileSamplingStart start =
+      StartProfileSampling(backend, ProfileSampling::kGpm, 0.01);
+  EXPECT_EQ(backend.enable_calls_, 0);
+  EXPECT_FALSE(start.enabled);
+  EXPECT_FALSE(start.degraded);
+  EXPECT_NE(start.device_activity, nullptr);
+  EXPECT_THAT(start.message, HasSubstr("NVML GPM every second"));
 }
 
 }  // namespace

@@ -215,12 +215,17 @@ absl::Status Check(const CuptiApi& api, CUptiResult result, const char* call) {
     case CUPTI_ERROR_INVALID_CHIP_NAME:
 #endif
       return absl::UnimplementedError(message);
-    case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+    // "The performance monitoring hardware is in use by other client"
+    // (cupti_result.h): what DCGM's profiling metrics, holding the GPU's
+    // profiling lock, make CUPTI answer; the other two are Nsight's and an
+    // older profiler API's hold on the process. UNAVAILABLE, which
+    // --profile_sampling=sampled answers by falling back to NVML GPM.
     case CUPTI_ERROR_HARDWARE_BUSY:
+    case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
     case CUPTI_ERROR_OLD_PROFILER_API_INITIALIZED:
-      return absl::FailedPreconditionError(absl::StrCat(
+      return absl::UnavailableError(absl::StrCat(
           message,
-          "; another profiler (Nsight Compute or Systems, DCGM profiling) "
+          "; another profiler (DCGM profiling, Nsight Compute or Systems) "
           "holds the device's counters"));
     case CUPTI_ERROR_OUT_OF_MEMORY:
       return absl::ResourceExhaustedError(message);

@@ -110,9 +110,10 @@ class CuptiSampler {
   // request. Errors: UNIMPLEMENTED (built without CUPTI, libcupti not
   // found, device or configuration not supported), PERMISSION_DENIED
   // (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: counters restricted to
-  // administrators), FAILED_PRECONDITION (another profiler, e.g. Nsight
-  // Compute, holds the device), other CUPTI or CUDA errors as INTERNAL
-  // naming the call.
+  // administrators), UNAVAILABLE (another profiler holds the device's
+  // counters: DCGM's profiling metrics, CUPTI_ERROR_HARDWARE_BUSY; Nsight
+  // Compute or Systems), other CUPTI or CUDA errors as INTERNAL naming the
+  // call.
   static absl::StatusOr<std::unique_ptr<CuptiSampler>> Create(int device);
   ~CuptiSampler();
   CuptiSampler(const CuptiSampler&) = delete;
