@@ -52,6 +52,13 @@ double OpenFds() {
 
 }  // namespace
 
+double ProcessResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  if (!(statm >> size_pages >> resident_pages)) return 0;
+  return static_cast<double>(resident_pages) * sysconf(_SC_PAGESIZE);
+}
+
 ProcessStats ReadProcessStats() {
   ProcessStats stats;
   // /proc/self/stat: "pid (comm) state ..." where comm may hold spaces and

@@ -23,4 +23,8 @@ struct ProcessStats {
 };
 ProcessStats ReadProcessStats();
 
+// The resident set alone (/proc/self/statm), 0 when unreadable: the memory
+// the CPU backend computes in, its coalesce_device_memory_used_bytes.
+double ProcessResidentBytes();
+
 }  // namespace coalesce::metrics

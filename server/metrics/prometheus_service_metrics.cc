@@ -1,7 +1,5 @@
 #include "server/metrics/prometheus_service_metrics.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/dtype.h"
+#include "server/metrics/process_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace coalesce::metrics {
@@ -73,14 +72,6 @@ const std::vector<double>& FlopsBuckets() {
       1e9,  1e10, 2.5e10, 5e10, 1e11, 2.5e11, 5e11, 1e12, 2.5e12,
       5e12, 1e13, 2.5e13, 5e13, 1e14, 2.5e14, 5e14, 1e15, 2e15};
   return *b;
-}
-
-// The process's resident set, the memory the CPU backend computes in.
-double ProcessResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size_pages = 0, resident_pages = 0;
-  if (!(statm >> size_pages >> resident_pages)) return 0;
-  return static_cast<double>(resident_pages) * sysconf(_SC_PAGESIZE);
 }
 
 // MemTotal from /proc/meminfo; 0 when unreadable.
