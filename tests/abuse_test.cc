@@ -51,16 +51,11 @@
 namespace coalesce {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizedBuild = true;
-#else
-constexpr bool kSanitizedBuild = false;
-#endif
-
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
+using e2e::kSanitizedBuild;
 using e2e::ProcessUsage;
 using e2e::RandomFloats;
 using e2e::RandomHex;

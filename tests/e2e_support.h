@@ -91,6 +91,14 @@ absl::StatusOr<ProcessUsage> ReadUsage(pid_t pid);
 // data (from seed) through client comes back bit-exact.
 void ExpectServing(Client& client, uint32_t seed);
 
+// Sanitizer builds keep shadow memory that grows with every heap page the
+// traffic touches, so memory bounds in tests are wider there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+
 // The process's resident memory grew by at most rss_allowance bytes and its
 // open descriptors by at most fd_allowance since before. Memory and
 // descriptors are released asynchronously (a tensor's last reference, a

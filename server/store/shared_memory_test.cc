@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,11 +25,19 @@ namespace {
 // A POSIX shared-memory object of `bytes`, unlinked at the end.
 class ShmObject {
  public:
-  explicit ShmObject(size_t bytes)
-      : key_(absl::StrCat("/coalesce-guard-test-", getpid(), "-", ++count_)) {
-    fd_ = shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    EXPECT_GE(fd_, 0);
-    EXPECT_EQ(ftruncate(fd_, static_cast<off_t>(bytes)), 0);
+  // The key holds random bits besides the pid and a count: a process that
+  // died leaves its objects behind, and a later one may get its pid.
+  explicit ShmObject(size_t bytes) {
+    std::random_device random;
+    for (int attempt = 0; attempt < 8 && fd_ < 0; ++attempt) {
+      key_ = absl::StrCat("/coalesce-guard-test-", getpid(), "-", ++count_, "-",
+                          absl::Hex(random()));
+      fd_ = shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd_ < 0 && errno != EEXIST) break;
+    }
+    EXPECT_GE(fd_, 0) << key_ << ": " << std::strerror(errno);
+    EXPECT_EQ(ftruncate(fd_, static_cast<off_t>(bytes)), 0)
+        << key_ << ": " << std::strerror(errno);
   }
   ~ShmObject() {
     close(fd_);
@@ -36,6 +45,8 @@ class ShmObject {
   }
   const std::string& key() const { return key_; }
   int fd() const { return fd_; }
+  // The name goes; the descriptor and mappings keep the object.
+  void Unlink() { shm_unlink(key_.c_str()); }
   void Truncate(size_t bytes) {
     ASSERT_EQ(ftruncate(fd_, static_cast<off_t>(bytes)), 0);
   }
@@ -157,6 +168,7 @@ TEST(MappingGuard, OtherSigbusStillEndsTheProcess) {
         ShmObject object(2 * page);
         volatile char* p = static_cast<char*>(
             mmap(nullptr, 2 * page, PROT_READ, MAP_SHARED, object.fd(), 0));
+        object.Unlink();  // this child dies before its destructor runs
         object.Truncate(0);
         (void)p[page];  // not guarded
       },
