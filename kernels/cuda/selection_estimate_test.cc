@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm/common.h"
 #include "kernels/selection/heuristic.h"
 #include "kernels/selection/selection_key.h"
 #include "kernels/selection/tuning_store.h"
@@ -76,6 +77,43 @@ TEST_F(SelectionEstimate, LargeGemmsAvoidTheBaselines) {
   const std::string c = Chosen(F32Gemm(4096, 4096, 4096));
   EXPECT_NE(c, "gemm.cuda.naive");
   EXPECT_NE(c, "gemm.cuda.smem_tiled");
+}
+
+// 16-bit GEMMs whose 128x256-tile grid leaves SMs idle: cuBLASLt ran them
+// faster than wgmma and tensor_core in every dtype the bench measured
+// (bench/results/h200/gemm.md: 1000^3 10.8 against 19.4 and 26 us in
+// bfloat16; 8 x 1024^3 27.9 against 40.8 us), and 3-4.3x faster where M or
+// N was tens to a few hundred on the held-out bfloat16 sweep.
+TEST_F(SelectionEstimate, SixteenBitGemmsThatLeaveSmsIdleGoToCublasLt) {
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(t));
+    EXPECT_EQ(Chosen(Gemm(t, 1, 1000, 1000, 1000, false, false)),
+              "gemm.cuda.cublaslt");
+    EXPECT_EQ(Chosen(Gemm(t, 8, 1024, 1024, 1024, false, false)),
+              "gemm.cuda.cublaslt");
+    EXPECT_EQ(Chosen(Gemm(t, 1, 48, 3072, 1024, false, false)),
+              "gemm.cuda.cublaslt");
+    EXPECT_EQ(Chosen(Gemm(t, 1, 2048, 96, 2048, false, false)),
+              "gemm.cuda.cublaslt");
+  }
+}
+
+// The tile fill: a 1000^3 GEMM fills 32 of a 128x256 kernel's 132 CTA
+// slots on the H200; 4096^3 fills 512 of 528 (four waves).
+TEST(TiledGemmFill, CountsPaddedTilesAndIdleSlots) {
+  DeviceInfo h200;
+  h200.multiprocessors = 132;
+  const GemmProblem small =
+      Gemm(DType::kBFloat16, 1, 1000, 1000, 1000, false, false);
+  EXPECT_NEAR(cuda::TiledGemmFill(small, h200, 128, 256, 1),
+              (1e6 / (1024.0 * 1024.0)) * 32.0 / 132.0, 1e-12);
+  const GemmProblem large =
+      Gemm(DType::kBFloat16, 1, 4096, 4096, 4096, false, false);
+  EXPECT_NEAR(cuda::TiledGemmFill(large, h200, 128, 256, 1), 512.0 / 528.0,
+              1e-12);
+  DeviceInfo unknown;  // no SM count: the padding alone
+  EXPECT_NEAR(cuda::TiledGemmFill(small, unknown, 128, 256, 1),
+              1e6 / (1024.0 * 1024.0), 1e-12);
 }
 
 GeluLnProblem GeluLn(int64_t rows, int64_t hidden) {

@@ -133,6 +133,18 @@ double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
          blocks_per_sm * c.block_seconds;
 }
 
+double TiledGemmFill(const GemmProblem& p, const DeviceInfo& dev, int tile_m,
+                     int tile_n, int ctas_per_sm) {
+  const double utilization = TileUtilization(p.m, p.n, tile_m, tile_n);
+  if (dev.multiprocessors <= 0 || ctas_per_sm <= 0) return utilization;
+  const int64_t tiles =
+      p.batch * ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n);
+  const int64_t slots = int64_t{dev.multiprocessors} * ctas_per_sm;
+  const int64_t waves = (tiles + slots - 1) / slots;
+  return utilization * static_cast<double>(tiles) /
+         static_cast<double>(waves * slots);
+}
+
 double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak) {
   return p.dtype == DType::kFloat32 ? fraction_of_16bit_peak / 2
                                     : fraction_of_16bit_peak;

@@ -64,6 +64,19 @@ double SimtEfficiency(const GemmProblem& p, const DeviceInfo& dev,
 // half the 16-bit rate on Ampere and Hopper, so float32 halves it.
 double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak);
 
+// The share of a tiled tensor-core kernel's full-machine throughput that p
+// gets: the useful share of its padded tile_m x tile_n output tiles
+// (TileUtilization) times the share of the CTA slots (ctas_per_sm on each
+// SM) its last-padded waves keep busy. A 128x256-tile kernel runs a 1000^3
+// GEMM as 32 CTAs on the H200's 132 SMs: wgmma reached 103 TFLOP/s there
+// against 714 at 4096^3 (512 CTAs, 3.9 waves), and 421 at 8 x 1024^3 (256
+// CTAs, 1.9 waves), in bfloat16 (bench/results/h200/gemm.md). Without it,
+// the estimate of a small-M or small-N GEMM charged the kernel a full
+// machine's throughput and preferred it to cuBLASLt, which ran such shapes
+// 3-4.3x faster. 1 where the device's SM count is unknown.
+double TiledGemmFill(const GemmProblem& p, const DeviceInfo& dev, int tile_m,
+                     int tile_n, int ctas_per_sm);
+
 // Whether the sweep that calibrated the GEMM estimates found a problem's
 // operands in HBM rather than in L2: when its minimum bytes exceed 1% of the
 // L2. Selector::Measure times a shape over up to 64 rotating buffer sets, and

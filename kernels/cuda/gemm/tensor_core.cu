@@ -561,8 +561,11 @@ class GemmTensorCoreVariant final
         kName, p, static_cast<int>(kChunk / ElementSize(p.dtype)),
         "rows must be whole 16-byte cp.async chunks");
   }
-  double Efficiency(const Problem& p, const DeviceInfo&) const override {
-    return TensorEfficiency(std::get<GemmProblem>(p), kEfficiency);
+  // One CTA per SM: its shared memory is more than half of an SM's.
+  double Efficiency(const Problem& p, const DeviceInfo& dev) const override {
+    const GemmProblem& g = std::get<GemmProblem>(p);
+    return TensorEfficiency(g, kEfficiency) *
+           TiledGemmFill(g, dev, kBM, kBN, 1);
   }
   absl::Status RunTyped(const GemmProblem& p, const Operands& ops,
                         ExecContext& ctx) const override {
