@@ -82,13 +82,27 @@
 #             (e.g. "gemm-65536 transpose-16777216"; default all); the
 #             server queues up to 8 GiB (64 requests of 32 MiB);
 #             bench/kserve_compare.py tables them: kserve.md
-#   tune      the selection quality sweep: a server on this GPU, `coalesce tune`
-#             over TUNE_SHAPES (default 200) random shapes per op: heuristic
-#             only (training shapes, seed 7, whose table is shipped); cold,
-#             i.e. that table and the heuristic, on other shapes (seed 8);
-#             after tuning, those shapes again with their own table loaded
-#             (TUNE_OPS limits the ops, TUNE_COLD_SEED replaces seed 8);
-#             shapes-PHASE-OP.tsv has every shape's times, for refits
+#   tune      the selection quality sweep, held out: a server on this GPU
+#             (autotuning off), `coalesce tune` over TUNE_SHAPES (default
+#             200) random shapes per op, shape class and dtype: heuristic
+#             only on the fit shapes (seed TUNE_FIT_SEED, default 7), whose
+#             table is the one shipped; cold, i.e. that table and the
+#             heuristic, on other shapes, once per seed of TUNE_SCORE_SEEDS
+#             (default "8 9"; TUNE_COLD_SEED=S alone means "S"), phases
+#             "cold" (the first seed) and "cold-SEED" (the others); tuned,
+#             the first score seed again with its own table loaded
+#             (TUNE_TUNED=0 leaves it out). TUNE_OPS limits the ops,
+#             TUNE_DTYPES lists the dtypes (default float32), TUNE_CLASSES
+#             the shape classes (`coalesce tune --shape_class`): "all", or
+#             OP=C1,C2 words for the ops to widen (default: each op's
+#             default class). shapes-PHASE-OP[-CLASS][-DTYPE].tsv (class and
+#             dtype named only when not the default) has every shape's
+#             times, for refits; selection-score.md scores the cold phases
+#             (bench/selection_score.py: per op and dtype, PASS or MISS).
+#             Without these knobs: the former three phases plus a cold
+#             phase on seed 9 and the score. Each phase prints its
+#             estimate (the fit phase's time) and each run the elapsed
+#             seconds
 #   ab        builds side by side in one call: ab.tar.xz (scripts/ab-build.sh)
 #             holds ab/NAME/ for each build; each runs its conformance suite
 #             (on the ops in ab/NAME/conformance-ops, else on
@@ -220,41 +234,111 @@ if has tune; then
   echo "== selection quality sweep"
   shapes=${TUNE_SHAPES:-200}
   ops=${TUNE_OPS:-transpose layout gelu-ln gemm}
-  cold_seed=${TUNE_COLD_SEED:-8}
+  dtypes=${TUNE_DTYPES:-float32}
+  fit_seed=${TUNE_FIT_SEED:-7}
+  read -r -a score_seeds <<<"${TUNE_SCORE_SEEDS:-${TUNE_COLD_SEED:-8 9}}"
+  # Each op's shape classes, its default first (client/cli/tune_shapes.h).
+  op_classes() {
+    case $1 in
+      transpose) echo "2d batched" ;;
+      gemm) echo "plain transposed batched" ;;
+      layout) echo "nchw_nhwc nhwc_nchw permutation aos_soa soa_aos" ;;
+      *) echo default ;;
+    esac
+  }
+  tune_classes() {  # $1: op; the classes to sweep
+    local all spec
+    all=$(op_classes "$1")
+    [ "${TUNE_CLASSES:-}" = all ] && { echo "$all"; return; }
+    for spec in ${TUNE_CLASSES:-}; do
+      [ "${spec%%=*}" = "$1" ] && { echo "${spec#*=}" | tr , ' '; return; }
+    done
+    echo "${all%% *}"
+  }
+  runs=()  # "OP CLASS DTYPE TAG", TAG naming the files
+  for op in $ops; do
+    default_class=$(op_classes "$op"); default_class=${default_class%% *}
+    for cls in $(tune_classes "$op"); do
+      for dt in $dtypes; do
+        tag=$op
+        [ "$cls" = "$default_class" ] || tag+="-$cls"
+        [ "$dt" = float32 ] || tag+="-$dt"
+        runs+=("$op $cls $dt $tag")
+      done
+    done
+  done
+  phases=$((1 + ${#score_seeds[@]} + (${TUNE_TUNED:-1} != 0)))
+  echo "tune: $phases phases of ${#runs[@]} runs of $shapes shapes" \
+    "(fit seed $fit_seed, score seeds ${score_seeds[*]})"
+  t_tune=$SECONDS phase=0 fit_s=''
   sweep() {  # $1: phase name, $2: shape seed; writes table-$1.txt
-    local t0=$SECONDS first=
-    for op in $ops; do
-      first=${first:-$op}
+    local t0=$SECONDS first='' run op cls dt tag n=0 max estimate
+    phase=$((phase + 1))
+    if [ -n "$fit_s" ]; then
+      estimate="estimate $fit_s s, as the fit phase took"
+    else
+      estimate="no estimate before the first phase"
+    fi
+    echo "phase $phase/$phases: $1, seed $2, ${#runs[@]} runs; $estimate"
+    for run in "${runs[@]}"; do
+      read -r op cls dt tag <<<"$run"
+      n=$((n + 1))
       max=268435456
       [ "$op" = gemm ] && max=67108864
       "$bin/coalesce" --server="127.0.0.1:$port" tune "$op" --random_shapes="$shapes" \
-        --shapes_seed="$2" --max_shape_bytes=$max --out="$out/table-$1-$op.txt" \
-        --shapes_out="$out/shapes-$1-$op.tsv" \
-        >"$out/tune-$1-$op.txt" 2>/dev/null || status=1
-      echo "$1 $op: $(grep 'within 10%' "$out/tune-$1-$op.txt")"
+        --shape_class="$cls" --dtype="$dt" \
+        --shapes_seed="$2" --max_shape_bytes=$max --out="$out/table-$1-$tag.txt" \
+        --shapes_out="$out/shapes-$1-$tag.tsv" \
+        >"$out/tune-$1-$tag.txt" 2>/dev/null || status=1
+      [ -f "$out/table-$1-$tag.txt" ] && first=${first:-$tag}
+      echo "[$((SECONDS - t_tune)) s] $1 $tag ($n/${#runs[@]}):" \
+        "$(grep 'within 10%' "$out/tune-$1-$tag.txt")"
     done
     echo "$1: $((SECONDS - t0)) s"
     # One table file: the first's header with every file's variants
-    # (each op's variant set version), every file's entries.
-    head -n 3 "$out/table-$1-$first.txt" >"$out/table-$1.txt"
-    echo "variants $(for op in $ops; do sed -n 's/^variants //p' \
-      "$out/table-$1-$op.txt"; done | paste -sd,)" >>"$out/table-$1.txt"
-    for op in $ops; do
-      grep '^entry ' "$out/table-$1-$op.txt" >>"$out/table-$1.txt"
-    done
+    # (each op's variant set version, once), every file's entries.
+    if [ -n "$first" ]; then
+      head -n 3 "$out/table-$1-$first.txt" >"$out/table-$1.txt"
+      echo "variants $(for run in "${runs[@]}"; do
+        sed -n 's/^variants //p' "$out/table-$1-${run##* }.txt" 2>/dev/null
+      done | tr , '\n' | awk 'NF && !seen[$0]++' | paste -sd,)" >>"$out/table-$1.txt"
+      for run in "${runs[@]}"; do
+        grep -s '^entry ' "$out/table-$1-${run##* }.txt" >>"$out/table-$1.txt"
+      done
+    fi
     kill "$server_pid"; wait "$server_pid" 2>/dev/null
   }
-  # 1. The heuristic alone, over training shapes (seed 7): their table is
-  #    the one shipped (deploy/tuning/).
-  serve
-  sweep heuristic 7
-  # 2. Cold: that table plus the heuristic, over other shapes (seed 8).
-  serve --tuning_table="$out/table-heuristic.txt"
-  sweep cold "$cold_seed"
-  # 3. After tuning: the same shapes with their own measurements loaded,
-  #    re-measured.
-  serve --tuning_table="$out/table-cold.txt"
-  sweep tuned "$cold_seed"
+  # 1. The heuristic alone, over the fit shapes: their table is the one
+  #    shipped (deploy/tuning/).
+  serve --autotune=off
+  sweep heuristic "$fit_seed"
+  fit_s=$((SECONDS - t_tune))
+  # 2. Cold, per score seed: that table plus the heuristic, over shapes it
+  #    was not fitted on.
+  score_files=()
+  for seed in "${score_seeds[@]}"; do
+    name=cold
+    [ "$seed" = "${score_seeds[0]}" ] || name=cold-$seed
+    serve --autotune=off --tuning_table="$out/table-heuristic.txt"
+    sweep "$name" "$seed"
+    for run in "${runs[@]}"; do
+      f="$out/shapes-$name-${run##* }.tsv"
+      [ -f "$f" ] && score_files+=("$f")
+    done
+  done
+  # 3. After tuning: the first score seed's shapes with their own
+  #    measurements loaded, re-measured.
+  if [ "${TUNE_TUNED:-1}" != 0 ]; then
+    serve --autotune=off --tuning_table="$out/table-cold.txt"
+    sweep tuned "${score_seeds[0]}"
+  fi
+  if [ ${#score_files[@]} -gt 0 ]; then
+    python3 bench/selection_score.py --title="Selection on held-out shapes" \
+      "${score_files[@]}" >"$out/selection-score.md" || status=1
+    cat "$out/selection-score.md"
+  else
+    echo "tune: no cold phase wrote shapes to score"; status=1
+  fi
 fi
 if has security; then
   echo "== security: abuse_test and tls_test against a CUDA server"

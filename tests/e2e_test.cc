@@ -480,6 +480,65 @@ TEST_F(E2eTest, ExplainNamesTheChoiceAndTuneWritesATable) {
       << "--out is required";
 }
 
+// Every shape of a tune sweep, in order, each line's columns.
+std::vector<std::vector<std::string>> ReadTunedShapes(const std::string& path) {
+  std::ifstream s(path);
+  std::string line;
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(s, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    rows.push_back(absl::StrSplit(line, '\t'));
+  }
+  return rows;
+}
+
+// A tune shape's op flags reach the request (the key's transposes, batch
+// and permutation follow the label), and a shape without any falls back to
+// the command line's flags, not to the shape before it.
+TEST_F(E2eTest, TuneShapesCarryTheirOpFlags) {
+  const std::string shapes = Path("class-shapes.tsv");
+  CliResult t =
+      Cli({"tune", "gemm", "--random_shapes=3", "--shape_class=transposed",
+           "--dtype=bfloat16", "--max_shape_bytes=1048576",
+           absl::StrCat("--out=", Path("class-table.txt")),
+           absl::StrCat("--shapes_out=", shapes)});
+  ASSERT_EQ(t.exit_code, 0) << t;
+  std::vector<std::vector<std::string>> rows = ReadTunedShapes(shapes);
+  ASSERT_EQ(rows.size(), 3u);
+  for (const std::vector<std::string>& r : rows) {
+    ASSERT_EQ(r.size(), 5u);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r[0], m,
+                                  std::regex(" trans_a=([01]) trans_b=([01])")))
+        << r[0];
+    EXPECT_THAT(r[1],
+                HasSubstr(absl::StrCat("|t", m[1].str(), m[2].str(), "|")))
+        << r[0] << " " << r[1];
+    EXPECT_THAT(r[1], testing::StartsWith("gemm|bfloat16|")) << r[1];
+  }
+  t = Cli({"tune", "layout",
+           "--shapes=2,3,4 perm=2,0,1;2,3,4,5;"
+           "2,3 direction=soa_to_aos",
+           absl::StrCat("--out=", Path("class-table.txt")),
+           absl::StrCat("--shapes_out=", shapes)});
+  ASSERT_EQ(t.exit_code, 0) << t;
+  rows = ReadTunedShapes(shapes);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_THAT(rows[0][1], HasSubstr("|p1.0|")) << rows[0][1];    // [2,3x4]
+  EXPECT_THAT(rows[1][1], HasSubstr("|p0.2.1|")) << rows[1][1];  // NCHW->NHWC
+  EXPECT_THAT(rows[2][1], HasSubstr("|p1.0|")) << rows[2][1];
+  EXPECT_EQ(Cli({"tune", "transpose", "--shapes=4,5 perm=1,0",
+                 absl::StrCat("--out=", Path("class-table.txt"))})
+                .exit_code,
+            2)
+      << "transpose takes no perm";
+  EXPECT_EQ(Cli({"tune", "gemm", "--random_shapes=1", "--shape_class=2d",
+                 absl::StrCat("--out=", Path("class-table.txt"))})
+                .exit_code,
+            2)
+      << "2d is no gemm class";
+}
+
 TEST_F(E2eTest, PutListGetRemoveAServerSideTensor) {
   NpyArray in;
   in.dtype = DType::kFloat32;

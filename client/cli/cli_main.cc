@@ -88,13 +88,17 @@ subcommands:
   explain OP [op flags] [--measure]
               which variants could run this request, their estimated and
               measured times, the one the server picks and why
-  tune OP (--shapes=S;S;... | --random_shapes=N) --out=TABLE
-          [--shapes_out=FILE.tsv]
+  tune OP (--shapes=S;S;... | --random_shapes=N [--shape_class=C])
+          --out=TABLE [--shapes_out=FILE.tsv]
               time every eligible variant of OP (transpose, gemm, layout,
               gelu-ln) for each shape through the server (S is what --shape
-              takes; gemm: M,N,K), write a table for --tuning_table, and
-              report how often the automatic choice was within 10% of the
-              fastest; --shapes_out also writes every shape's times
+              takes; gemm: M,N,K; then optionally op flags it sets, e.g.
+              '64,32,16 trans_a=1 batch=4' or '2,3,5 perm=2,0,1'), write a
+              table for --tuning_table, and report how often the automatic
+              choice was within 10% of the fastest; --shapes_out also
+              writes every shape's times; --shape_class picks the random
+              shapes: transpose 2d|batched, gemm plain|transposed|batched,
+              layout nchw_nhwc|nhwc_nchw|permutation|aos_soa|soa_aos
 
 flags of every op:
   --dtype=float32|float16|bfloat16   default float32 (or the first input's)

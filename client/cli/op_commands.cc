@@ -7,10 +7,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "client/cli/cli_common.h"
+#include "client/cli/tune_shapes.h"
 #include "client/tensors.h"
 
 ABSL_FLAG(std::string, shape, "",
@@ -283,20 +286,93 @@ OpRunner RunnerFor(absl::string_view op) {
   return nullptr;
 }
 
-absl::Status SetTuneShape(absl::string_view op, const std::string& shape) {
+TuneFlags CurrentTuneFlags() {
+  TuneFlags f;
+  f.batch = absl::GetFlag(FLAGS_batch);
+  f.trans_a = absl::GetFlag(FLAGS_trans_a);
+  f.trans_b = absl::GetFlag(FLAGS_trans_b);
+  f.from = absl::GetFlag(FLAGS_from);
+  f.to = absl::GetFlag(FLAGS_to);
+  f.perm = absl::GetFlag(FLAGS_perm);
+  f.direction = absl::GetFlag(FLAGS_direction);
+  f.aos_fields = absl::GetFlag(FLAGS_aos_fields);
+  return f;
+}
+
+namespace {
+
+void SetTuneFlags(const TuneFlags& f) {
+  absl::SetFlag(&FLAGS_batch, f.batch);
+  absl::SetFlag(&FLAGS_trans_a, f.trans_a);
+  absl::SetFlag(&FLAGS_trans_b, f.trans_b);
+  absl::SetFlag(&FLAGS_from, f.from);
+  absl::SetFlag(&FLAGS_to, f.to);
+  absl::SetFlag(&FLAGS_perm, f.perm);
+  absl::SetFlag(&FLAGS_direction, f.direction);
+  absl::SetFlag(&FLAGS_aos_fields, f.aos_fields);
+}
+
+absl::StatusOr<bool> ParseBit(absl::string_view shape, absl::string_view flag,
+                              absl::string_view value) {
+  if (value == "1") return true;
+  if (value == "0") return false;
+  return UsageError(absl::StrCat("tune shape '", shape, "': ", flag, "=", value,
+                                 ": expected 0 or 1"));
+}
+
+}  // namespace
+
+absl::Status SetTuneShape(absl::string_view op, const std::string& shape,
+                          const TuneFlags& base) {
+  absl::StatusOr<TuneShape> parsed = ParseTuneShape(shape);
+  if (!parsed.ok()) return UsageError(parsed.status().message());
+  // Each shape starts from the command line's flags, so that one shape's
+  // settings never leak into the next.
+  TuneFlags f = base;
+  bool conversion_cleared = false;
+  for (const auto& [flag, value] : parsed->settings) {
+    if (op == "gemm" && (flag == "trans_a" || flag == "trans_b")) {
+      COALESCE_ASSIGN_OR_RETURN(const bool bit, ParseBit(shape, flag, value));
+      (flag == "trans_a" ? f.trans_a : f.trans_b) = bit;
+    } else if (op == "gemm" && flag == "batch") {
+      if (!absl::SimpleAtoi(value, &f.batch)) {
+        return UsageError(
+            absl::StrCat("tune shape '", shape, "': batch=", value));
+      }
+    } else if (op == "layout" &&
+               (flag == "from" || flag == "to" || flag == "perm" ||
+                flag == "direction" || flag == "aos_fields")) {
+      // A shape's conversion replaces the command line's whole.
+      if (!conversion_cleared) {
+        f.from = f.to = f.perm = f.direction = "";
+        f.aos_fields = 0;
+        conversion_cleared = true;
+      }
+      if (flag == "from") f.from = value;
+      if (flag == "to") f.to = value;
+      if (flag == "perm") f.perm = value;
+      if (flag == "direction") f.direction = value;
+      if (flag == "aos_fields" && !absl::SimpleAtoi(value, &f.aos_fields)) {
+        return UsageError(
+            absl::StrCat("tune shape '", shape, "': aos_fields=", value));
+      }
+    } else {
+      return UsageError(absl::StrCat("tune shape '", shape, "': ", op,
+                                     " takes no ", flag, "="));
+    }
+  }
+  SetTuneFlags(f);
   if (op != "gemm") {
-    absl::SetFlag(&FLAGS_shape, shape);
+    absl::SetFlag(&FLAGS_shape, absl::StrJoin(parsed->dims, ","));
     return absl::OkStatus();
   }
-  COALESCE_ASSIGN_OR_RETURN(std::vector<int64_t> mnk,
-                            ParseInts("shapes", shape));
-  if (mnk.size() != 3) {
+  if (parsed->dims.size() != 3) {
     return UsageError(
         absl::StrCat("gemm tune shape '", shape, "': want M,N,K"));
   }
-  absl::SetFlag(&FLAGS_m, mnk[0]);
-  absl::SetFlag(&FLAGS_n, mnk[1]);
-  absl::SetFlag(&FLAGS_k, mnk[2]);
+  absl::SetFlag(&FLAGS_m, parsed->dims[0]);
+  absl::SetFlag(&FLAGS_n, parsed->dims[1]);
+  absl::SetFlag(&FLAGS_k, parsed->dims[2]);
   return absl::OkStatus();
 }
 

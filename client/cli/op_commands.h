@@ -5,6 +5,7 @@
 // Reads and sets process-wide flags: call from the CLI's one thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -20,9 +21,24 @@ using OpRunner = absl::Status (*)(Client&, OpFlags);
 // any other name.
 OpRunner RunnerFor(absl::string_view op);
 
-// Points the op flags at one tune shape: what --shape takes, or M,N,K for
-// gemm.
-absl::Status SetTuneShape(absl::string_view op, const std::string& shape);
+// The op flags a tune shape can set (client/cli/tune_shapes.h).
+struct TuneFlags {
+  int64_t batch = 0;
+  bool trans_a = false;
+  bool trans_b = false;
+  std::string from, to, perm, direction;
+  int32_t aos_fields = 0;
+};
+
+// Their values now: the command line's, before tune sets any.
+TuneFlags CurrentTuneFlags();
+
+// Points the op flags at one tune shape ("DIMS[ flag=value]...", DIMS what
+// --shape takes, or M,N,K for gemm): `base` with the shape's settings
+// applied (gemm: trans_a, trans_b, batch; layout: from, to, perm,
+// direction, aos_fields, which replace base's conversion).
+absl::Status SetTuneShape(absl::string_view op, const std::string& shape,
+                          const TuneFlags& base);
 
 // layout without --from/--to, --perm, --aos_fields or --direction: NCHW to
 // NHWC, the conversion tune sweeps by default.

@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <utility>
 
@@ -19,9 +18,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/dtype.h"
 #include "base/status_macros.h"
 #include "client/cli/op_commands.h"
 #include "client/cli/op_common.h"
+#include "client/cli/tune_shapes.h"
 #include "client/client.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -32,14 +33,22 @@
 
 ABSL_FLAG(std::string, shapes, "",
           "tune: shapes separated by ';', each as --shape takes it (gemm: "
-          "M,N,K).");
+          "M,N,K), optionally followed by op flags the shape sets, e.g. "
+          "'64,32,16 trans_a=1 batch=4' or '2,3,5 perm=2,0,1'.");
 ABSL_FLAG(bool, measure, false,
           "explain: also time every eligible variant on the server now.");
 ABSL_FLAG(int32_t, random_shapes, 0,
           "tune: this many random shapes, tiny to large, odd and aligned.");
 ABSL_FLAG(uint64_t, shapes_seed, 7, "tune: seed of --random_shapes.");
+ABSL_FLAG(std::string, shape_class, "",
+          "tune: what --random_shapes draws. transpose: 2d (default), "
+          "batched; gemm: plain (default), transposed (trans_a and/or "
+          "trans_b), batched; layout: nchw_nhwc (default), nhwc_nchw, "
+          "permutation (rank 3-5, some moving only size-1 axes), aos_soa, "
+          "soa_aos; gelu-ln: default.");
 ABSL_FLAG(int64_t, max_shape_bytes, int64_t{256} << 20,
-          "tune: largest tensor of a random shape, in bytes.");
+          "tune: largest tensor of a random shape, in bytes of --dtype "
+          "(gemm: A, B and D together).");
 ABSL_FLAG(std::string, out, "", "tune: the table file to write.");
 ABSL_FLAG(std::string, shapes_out, "",
           "tune: also write every shape's automatic choice and measured "
@@ -228,45 +237,6 @@ absl::Status WriteTunedShapes(const std::vector<TunedShape>& shapes,
   return absl::OkStatus();
 }
 
-// Random shapes for an op's sweep: sizes log-uniform from tiny to large,
-// half of them aligned to 64, total bytes bounded by max_bytes. Each entry
-// is the flag values of one request ("M,N" for transpose, "M,N,K" for
-// gemm, "N,C,H,W" for layout, "ROWS,H" for gelu-ln). bench/sweep_shapes.py
-// draws the same shapes bit for bit to refit the estimates from a sweep's
-// tables: change both together.
-std::vector<std::string> RandomShapes(const std::string& op, int count,
-                                      uint64_t seed, int64_t max_bytes) {
-  std::mt19937_64 rng(seed);
-  auto size = [&](int64_t lo, int64_t hi) {
-    std::uniform_real_distribution<double> u(std::log(lo), std::log(hi));
-    int64_t v = static_cast<int64_t>(std::exp(u(rng)));
-    // Half the shapes aligned to 64 (the common case), half odd-sized.
-    if (rng() % 2 == 0) v = std::max<int64_t>(64, (v + 32) / 64 * 64);
-    return std::clamp<int64_t>(v, lo, hi);
-  };
-  std::vector<std::string> out;
-  while (static_cast<int>(out.size()) < count) {
-    std::vector<int64_t> s;
-    if (op == "transpose") {
-      s = {size(1, 16384), size(1, 16384)};
-    } else if (op == "gemm") {
-      s = {size(1, 8192), size(1, 8192), size(1, 8192)};
-    } else if (op == "layout") {
-      const int64_t c = rng() % 3 == 0 ? 3 : size(1, 512);
-      const int64_t hw = size(1, 224);
-      s = {size(1, 64), c, hw, hw};
-    } else {
-      s = {size(1, 32768), size(1, 16384)};
-    }
-    int64_t elems = 1;
-    for (int64_t d : s) elems *= d;
-    if (op == "gemm") elems = s[0] * s[2] + s[2] * s[1] + s[0] * s[1];
-    if (elems * 4 > max_bytes) continue;
-    out.push_back(absl::StrJoin(s, ","));
-  }
-  return out;
-}
-
 absl::Status Explain(OpRunner runner, Client& client, OpFlags flags) {
   flags.request_hook = [measure = absl::GetFlag(FLAGS_measure)](
                            Client& c, Message& request) {
@@ -284,16 +254,20 @@ absl::StatusOr<int> Tune(absl::string_view op, OpRunner runner, Client& client,
   std::vector<std::string> shapes =
       absl::StrSplit(absl::GetFlag(FLAGS_shapes), ';', absl::SkipEmpty());
   if (absl::GetFlag(FLAGS_random_shapes) > 0) {
-    for (std::string& s :
-         RandomShapes(std::string(op), absl::GetFlag(FLAGS_random_shapes),
-                      absl::GetFlag(FLAGS_shapes_seed),
-                      absl::GetFlag(FLAGS_max_shape_bytes))) {
-      shapes.push_back(std::move(s));
-    }
+    absl::StatusOr<std::vector<std::string>> random = RandomShapes(
+        op, absl::GetFlag(FLAGS_shape_class),
+        absl::GetFlag(FLAGS_random_shapes), absl::GetFlag(FLAGS_shapes_seed),
+        absl::GetFlag(FLAGS_max_shape_bytes),
+        static_cast<int>(ElementSize(flags.dtype.value_or(DType::kFloat32))));
+    if (!random.ok()) return UsageError(random.status().message());
+    for (std::string& s : *random) shapes.push_back(std::move(s));
+  } else if (!absl::GetFlag(FLAGS_shape_class).empty()) {
+    return UsageError("--shape_class goes with --random_shapes");
   }
   if (shapes.empty())
     return UsageError("tune needs --shapes or --random_shapes");
   if (op == "layout") SetDefaultLayoutConversion();
+  const TuneFlags base = CurrentTuneFlags();
   std::vector<TunedShape> results;
   const absl::Time start = absl::Now();
   int failed = 0;
@@ -302,7 +276,7 @@ absl::StatusOr<int> Tune(absl::string_view op, OpRunner runner, Client& client,
                  absl::ToDoubleSeconds(absl::Now() - start),
                  std::string(op).c_str(), shapes[i].c_str());
     std::fflush(stderr);
-    COALESCE_RETURN_IF_ERROR(SetTuneShape(op, shapes[i]));
+    COALESCE_RETURN_IF_ERROR(SetTuneShape(op, shapes[i], base));
     flags.request_hook = [&](Client& c, Message& request) {
       COALESCE_ASSIGN_OR_RETURN(TunedShape t,
                                 TuneRequest(c, request, shapes[i]));
