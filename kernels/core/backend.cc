@@ -16,6 +16,27 @@
 
 namespace coalesce {
 
+absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResidentAt(
+    int64_t bytes, const ResidentPlacement& where) {
+  if (where.device > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device index ", where.device, ": this backend has one device"));
+  }
+  return AllocateResident(bytes);
+}
+
+absl::string_view PlacementName(Placement p) {
+  switch (p) {
+    case Placement::kOnlyDevice:
+      return "only_device";
+    case Placement::kResident:
+      return "resident_operands";
+    case Placement::kLeastOutstanding:
+      return "least_outstanding";
+  }
+  return "unknown";
+}
+
 namespace {
 
 // Host resident memory's alignment: a cache line, enough for the CPU

@@ -26,6 +26,14 @@
 
 namespace coalesce {
 
+// Why a run went to its device (RunResult::placement).
+enum class Placement : uint8_t {
+  kOnlyDevice,        // the backend has one device
+  kResident,          // the device holding most of its resident operands' bytes
+  kLeastOutstanding,  // no resident operand: the least outstanding work
+};
+absl::string_view PlacementName(Placement p);
+
 // What one Execute measured.
 struct RunResult {
   double kernel_seconds = 0;  // the variant's Run, timed on the device
@@ -54,6 +62,13 @@ struct RunResult {
   // Its kernel_seconds may include the profiler's overhead (when the error
   // came after the launch), so the metrics leave it out.
   absl::Status sample_error;
+  // Which of the backend's devices ran it (an index below device_count();
+  // 0 on a backend of one device) and why that one.
+  int device = 0;
+  Placement placement = Placement::kOnlyDevice;
+  // Resident operand bytes copied from other devices to run here, and
+  // outputs copied back to theirs (staged through host memory).
+  int64_t staged_bytes = 0;
 };
 
 // Device-side timing of one variant (the bench harness): inputs random and
@@ -122,6 +137,15 @@ std::unique_ptr<ResidentWriter> SynchronousResidentWriter(
 // naming `what`; no overflow for any int64 inputs.
 absl::Status CheckResidentRange(const char* what, int64_t size, int64_t offset,
                                 int64_t bytes);
+
+// Where new resident memory goes, on a backend of several devices: on the
+// device of index `device` when >= 0; else beside `near` (resident memory
+// of the backend: an op's output beside its input) while that device is
+// healthy; else wherever AllocateResident would put it.
+struct ResidentPlacement {
+  int device = -1;
+  const void* near = nullptr;
+};
 
 // Memory of the device as the backend sees it; -1 where unknown.
 struct MemoryStats {
@@ -209,8 +233,24 @@ class Backend {
   virtual absl::StatusOr<BenchmarkResult> BenchmarkCopy(
       int64_t bytes_per_side, const BenchmarkOptions& opts);
   // Every device of this backend's kind the process can see, the serving
-  // one (device()) first, for GetServerInfo.
+  // ones (device_at(0) ...) first, for GetServerInfo.
   virtual std::vector<DeviceInfo> VisibleDevices() const { return {device()}; }
+  // The devices this backend runs on (a DeviceGroup's members; 1
+  // elsewhere), their descriptions (device_at(0) is device()), memory and
+  // health. RunResult::device indexes them.
+  virtual int device_count() const { return 1; }
+  virtual const DeviceInfo& device_at(int /*i*/) const { return device(); }
+  virtual MemoryStats MemoryOf(int /*i*/) const { return Memory(); }
+  virtual absl::Status HealthOf(int /*i*/) const { return Health(); }
+  // AllocateResident on a chosen device (ResidentPlacement). The default,
+  // for a backend of one device, takes any placement but a device index
+  // other than 0 (INVALID_ARGUMENT).
+  virtual absl::StatusOr<std::shared_ptr<void>> AllocateResidentAt(
+      int64_t bytes, const ResidentPlacement& where);
+  // The index of the device holding resident memory p (an address inside
+  // an allocation of this backend's), or -1 when none does; 0 on a backend
+  // of one device.
+  virtual int DeviceOfResident(const void* /*p*/) const { return 0; }
   // Executes worth running at once: the server's default for the requests
   // it lets run on this device together. The default, right for the CPU
   // backend, is 2: each Execute already spreads over every core, and a

@@ -18,6 +18,9 @@ struct DeviceInfo {
   BackendKind backend = BackendKind::kCpu;
   std::string name;
   int ordinal = 0;
+  // A CPU backend standing in for one of several devices (--cpu_devices):
+  // its ordinal is its index among them.
+  bool simulated = false;
   // CUDA: the GPU's UUID as nvidia-smi and DCGM print it ("GPU-" and 32 hex
   // digits in 8-4-4-4-12 groups); empty on the CPU.
   std::string uuid;

@@ -61,7 +61,10 @@ double MeasureCopyBandwidth(int threads) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : device_(CpuDeviceInfo(threads)) {
+  CpuBackend(int threads, int index, bool simulated)
+      : device_(CpuDeviceInfo(threads)) {
+    device_.ordinal = index;
+    device_.simulated = simulated;
     omp_set_num_threads(device_.multiprocessors);
     // Requests run on gRPC threads; keep one level of parallelism.
     omp_set_max_active_levels(1);
@@ -113,7 +116,11 @@ DeviceInfo CpuDeviceInfo(int threads) {
 }
 
 std::unique_ptr<Backend> CreateCpuBackend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+  return std::make_unique<CpuBackend>(threads, 0, false);
+}
+
+std::unique_ptr<Backend> CreateSimulatedCpuDevice(int threads, int index) {
+  return std::make_unique<CpuBackend>(threads, index, true);
 }
 
 }  // namespace coalesce

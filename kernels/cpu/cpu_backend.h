@@ -12,6 +12,10 @@ namespace coalesce {
 
 // threads <= 0: all cores.
 std::unique_ptr<Backend> CreateCpuBackend(int threads);
+// Device `index` of `count` simulated devices on this CPU (--cpu_devices):
+// each a CPU backend of its own, with the index as its ordinal, so that a
+// device group of them exercises multi-device serving without a GPU.
+std::unique_ptr<Backend> CreateSimulatedCpuDevice(int threads, int index);
 
 // The one list of CPU variants (kernels/cpu/register.cc).
 void RegisterCpuVariants(VariantRegistry& registry);

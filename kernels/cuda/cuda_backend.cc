@@ -688,6 +688,15 @@ absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {
 
 }  // namespace
 
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
                                                            int lanes) {
   if (lanes < 0) {

@@ -24,6 +24,9 @@ inline constexpr int kDefaultCudaLanes = 4;
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
                                                            int lanes = 0);
 
+// CUDA devices this process can see; 0 when none (or no driver).
+int CudaDeviceCount();
+
 // The one list of CUDA variants (kernels/cuda/register.cc).
 void RegisterCudaVariants(VariantRegistry& registry);
 

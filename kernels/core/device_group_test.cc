@@ -1,0 +1,373 @@
+// DeviceGroup over simulated CPU devices: placement by resident operands
+// and outstanding work, cross-device staging, failure isolation, and the
+// conformance suite run through the group.
+#include "kernels/core/device_group.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/testing/conformance.h"
+
+namespace coalesce {
+namespace {
+
+// A simulated device whose health a test sets and whose runs can be held
+// until a test lets them finish.
+class TestDevice final : public Backend {
+ public:
+  explicit TestDevice(int index, std::string name = "")
+      : inner_(CreateSimulatedCpuDevice(1, index)), device_(inner_->device()) {
+    if (!name.empty()) device_.name = name;
+  }
+  BackendKind kind() const override { return inner_->kind(); }
+  const DeviceInfo& device() const override { return device_; }
+  const VariantRegistry& registry() const override {
+    return inner_->registry();
+  }
+  absl::Status Execute(const KernelVariant& v, const Problem& p,
+                       const Operands& operands, RunResult* result) override {
+    ++runs;
+    if (hold != nullptr) {
+      ++held;
+      hold->WaitForNotification();
+    }
+    return inner_->Execute(v, p, operands, result);
+  }
+  absl::StatusOr<std::shared_ptr<void>> AllocateResident(
+      int64_t bytes) override {
+    return inner_->AllocateResident(bytes);
+  }
+  absl::Status Health() const override {
+    return failed ? absl::InternalError("simulated fault") : absl::OkStatus();
+  }
+
+  std::atomic<bool> failed{false};
+  std::atomic<int> runs{0};
+  std::atomic<int> held{0};
+  absl::Notification* hold = nullptr;
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  DeviceInfo device_;
+};
+
+struct Group {
+  std::unique_ptr<DeviceGroup> group;
+  std::vector<TestDevice*> devices;
+};
+
+Group MakeGroup(int n) {
+  Group g;
+  std::vector<std::unique_ptr<Backend>> members;
+  for (int i = 0; i < n; ++i) {
+    auto d = std::make_unique<TestDevice>(i);
+    g.devices.push_back(d.get());
+    members.push_back(std::move(d));
+  }
+  absl::StatusOr<std::unique_ptr<DeviceGroup>> group =
+      DeviceGroup::Create(std::move(members));
+  EXPECT_TRUE(group.ok()) << group.status();
+  g.group = *std::move(group);
+  return g;
+}
+
+const KernelVariant& Blocked(const Backend& b) {
+  return *b.registry().Find("transpose.cpu.blocked");
+}
+
+// A transpose of rows x cols random floats: its problem and input.
+struct Transpose {
+  Transpose(int64_t rows, int64_t cols, uint64_t seed)
+      : problem(TransposeProblem{DType::kFloat32, 1, rows, cols}),
+        input(rows * cols) {
+    FillRandom(input.data(), DType::kFloat32, rows * cols, seed, -1, 1);
+  }
+  std::vector<float> Expected() const {
+    const auto& t = std::get<TransposeProblem>(problem);
+    std::vector<float> out(input.size());
+    for (int64_t r = 0; r < t.rows; ++r) {
+      for (int64_t c = 0; c < t.cols; ++c) {
+        out[c * t.rows + r] = input[r * t.cols + c];
+      }
+    }
+    return out;
+  }
+  int64_t bytes() const {
+    return static_cast<int64_t>(input.size() * sizeof(float));
+  }
+  Problem problem;
+  std::vector<float> input;
+};
+
+ResidentPlacement Near(const void* p) {
+  ResidentPlacement where;
+  where.near = p;
+  return where;
+}
+
+ResidentPlacement On(int device) {
+  ResidentPlacement where;
+  where.device = device;
+  return where;
+}
+
+// Resident memory of the group holding data's bytes.
+std::shared_ptr<void> Resident(DeviceGroup& g, const std::vector<float>& data,
+                               const void* near = nullptr) {
+  const int64_t bytes = static_cast<int64_t>(data.size() * sizeof(float));
+  absl::StatusOr<std::shared_ptr<void>> m =
+      near == nullptr ? g.AllocateResident(bytes)
+                      : g.AllocateResidentAt(bytes, Near(near));
+  EXPECT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(g.CopyToResident(m->get(), bytes, 0, data.data(), bytes).ok());
+  return *m;
+}
+
+std::vector<float> Read(DeviceGroup& g, const void* resident, size_t n) {
+  std::vector<float> out(n);
+  const int64_t bytes = static_cast<int64_t>(n * sizeof(float));
+  EXPECT_TRUE(g.CopyFromResident(resident, bytes, 0, out.data(), bytes).ok());
+  return out;
+}
+
+TEST(DeviceGroup, RefusesDevicesOfDifferentModels) {
+  std::vector<std::unique_ptr<Backend>> members;
+  members.push_back(std::make_unique<TestDevice>(0));
+  members.push_back(std::make_unique<TestDevice>(1, "another model"));
+  absl::StatusOr<std::unique_ptr<DeviceGroup>> g =
+      DeviceGroup::Create(std::move(members));
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("device 1"), std::string::npos)
+      << g.status();
+  EXPECT_EQ(DeviceGroup::Create({}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceGroup, DescribesEveryMember) {
+  Group g = MakeGroup(3);
+  EXPECT_EQ(g.group->device_count(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(g.group->device_at(i).ordinal, i);
+    EXPECT_TRUE(g.group->device_at(i).simulated);
+  }
+  EXPECT_EQ(g.group->VisibleDevices().size(), 3u);
+  EXPECT_EQ(g.group->concurrency(), 3 * g.devices[0]->concurrency());
+}
+
+// Every CPU variant passes the conformance suite through the group.
+TEST(DeviceGroup, RunsTheConformanceSuite) {
+  Group g = MakeGroup(2);
+  for (const KernelVariant* v : g.group->registry().All()) {
+    for (const Problem& p : ConformanceProblems(v->op(), DType::kFloat32)) {
+      if (!v->CanImplement(p, g.group->device()).ok()) continue;
+      const absl::Status s = CheckVariant(*g.group, *v, p, 7);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+  }
+}
+
+// With nothing in flight every device is as idle as the others: the
+// lowest index. While runs are held, each new one goes to a device with
+// fewer.
+TEST(DeviceGroup, InlineRequestsGoToTheLeastOutstandingDevice) {
+  Group g = MakeGroup(3);
+  Transpose t(64, 48, 1);
+  std::vector<float> out(t.input.size());
+  Operands ops;
+  ops.inputs = {t.input.data()};
+  ops.outputs = {out.data()};
+  RunResult alone;
+  ASSERT_TRUE(g.group->Execute(Blocked(*g.group), t.problem, ops, &alone).ok());
+  EXPECT_EQ(alone.device, 0);
+  EXPECT_EQ(alone.placement, Placement::kLeastOutstanding);
+
+  absl::Notification release;
+  for (TestDevice* d : g.devices) d->hold = &release;
+  std::vector<std::vector<float>> outs(3, std::vector<float>(t.input.size()));
+  std::vector<RunResult> runs(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      Operands o;
+      o.inputs = {t.input.data()};
+      o.outputs = {outs[i].data()};
+      EXPECT_TRUE(
+          g.group->Execute(Blocked(*g.group), t.problem, o, &runs[i]).ok());
+    });
+    // The next request is placed only once this one holds its device.
+    while (g.devices[0]->held + g.devices[1]->held + g.devices[2]->held <
+           i + 1) {
+      std::this_thread::yield();
+    }
+    double outstanding = 0;
+    for (int d = 0; d < 3; ++d) outstanding += g.group->OutstandingSeconds(d);
+    EXPECT_GT(outstanding, 0);
+  }
+  release.Notify();
+  for (std::thread& th : threads) th.join();
+  std::vector<int> used;
+  for (const RunResult& r : runs) used.push_back(r.device);
+  std::sort(used.begin(), used.end());
+  EXPECT_EQ(used, (std::vector<int>{0, 1, 2}));
+  for (const auto& o : outs) EXPECT_EQ(o, t.Expected());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(g.group->OutstandingSeconds(i), 0);
+}
+
+// New memory goes to the device holding the fewest resident bytes, or
+// beside `near`; a run goes where its resident operands are.
+TEST(DeviceGroup, RunsWhereItsResidentOperandsLive) {
+  Group g = MakeGroup(2);
+  Transpose t(33, 70, 2);
+  std::shared_ptr<void> first = Resident(*g.group, t.input);
+  std::shared_ptr<void> second = Resident(*g.group, t.input);
+  ASSERT_EQ(g.group->DeviceOfResident(first.get()), 0);
+  ASSERT_EQ(g.group->DeviceOfResident(second.get()), 1);
+  // An interior address belongs to its allocation's device.
+  EXPECT_EQ(g.group->DeviceOfResident(static_cast<char*>(second.get()) + 4), 1);
+  EXPECT_EQ(g.group->DeviceOfResident(t.input.data()), -1);
+
+  absl::StatusOr<std::shared_ptr<void>> out =
+      g.group->AllocateResidentAt(t.bytes(), Near(second.get()));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(g.group->DeviceOfResident(out->get()), 1);
+  Operands ops;
+  ops.inputs = {second.get()};
+  ops.input_spaces = {MemorySpace::kResident};
+  ops.outputs = {out->get()};
+  ops.output_spaces = {MemorySpace::kResident};
+  RunResult run;
+  ASSERT_TRUE(g.group->Execute(Blocked(*g.group), t.problem, ops, &run).ok());
+  EXPECT_EQ(run.device, 1);
+  EXPECT_EQ(run.placement, Placement::kResident);
+  EXPECT_EQ(run.staged_bytes, 0);
+  EXPECT_EQ(g.devices[1]->runs, 1);
+  EXPECT_EQ(g.devices[0]->runs, 0);
+  EXPECT_EQ(Read(*g.group, out->get(), t.input.size()), t.Expected());
+}
+
+// An input on one device and the output on another: the run goes where
+// more of the bytes are, the rest is copied there and back.
+TEST(DeviceGroup, StagesOperandsOfAnotherDevice) {
+  Group g = MakeGroup(2);
+  Transpose t(17, 300, 3);
+  std::shared_ptr<void> input = Resident(*g.group, t.input);
+  std::shared_ptr<void> filler = Resident(*g.group, t.input);
+  ASSERT_EQ(g.group->DeviceOfResident(input.get()), 0);
+  // The output beside the filler, on device 1; poisoned.
+  absl::StatusOr<std::shared_ptr<void>> out =
+      g.group->AllocateResidentAt(t.bytes(), Near(filler.get()));
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(g.group->DeviceOfResident(out->get()), 1);
+  Poison(out->get(), static_cast<size_t>(t.bytes()));
+  Operands ops;
+  ops.inputs = {input.get()};
+  ops.input_spaces = {MemorySpace::kResident};
+  ops.outputs = {out->get()};
+  ops.output_spaces = {MemorySpace::kResident};
+  RunResult run;
+  ASSERT_TRUE(g.group->Execute(Blocked(*g.group), t.problem, ops, &run).ok());
+  // Equal bytes on both: the lower index, the output staged back.
+  EXPECT_EQ(run.device, 0);
+  EXPECT_EQ(run.staged_bytes, t.bytes());
+  EXPECT_EQ(Read(*g.group, out->get(), t.input.size()), t.Expected());
+  EXPECT_EQ(Read(*g.group, input.get(), t.input.size()), t.input);
+}
+
+TEST(DeviceGroup, AllocatesOnADeviceNamed) {
+  Group g = MakeGroup(3);
+  absl::StatusOr<std::shared_ptr<void>> m =
+      g.group->AllocateResidentAt(64, On(2));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(g.group->DeviceOfResident(m->get()), 2);
+  EXPECT_EQ(g.group->AllocateResidentAt(64, On(3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  g.devices[1]->failed = true;
+  EXPECT_EQ(g.group->AllocateResidentAt(64, On(1)).status().code(),
+            absl::StatusCode::kUnavailable);
+  // Freed memory is forgotten.
+  const void* address = m->get();
+  m->reset();
+  EXPECT_EQ(g.group->DeviceOfResident(address), -1);
+}
+
+TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {
+  Group g = MakeGroup(3);
+  Transpose t(40, 41, 4);
+  std::shared_ptr<void> on_zero = Resident(*g.group, t.input);
+  ASSERT_EQ(g.group->DeviceOfResident(on_zero.get()), 0);
+  g.devices[0]->failed = true;
+  EXPECT_TRUE(g.group->Health().ok());
+  EXPECT_FALSE(g.group->HealthOf(0).ok());
+  EXPECT_TRUE(g.group->HealthOf(1).ok());
+
+  // Inline requests and new memory go to the others.
+  std::vector<float> out(t.input.size());
+  Operands inline_ops;
+  inline_ops.inputs = {t.input.data()};
+  inline_ops.outputs = {out.data()};
+  RunResult run;
+  ASSERT_TRUE(
+      g.group->Execute(Blocked(*g.group), t.problem, inline_ops, &run).ok());
+  EXPECT_EQ(run.device, 1);
+  EXPECT_EQ(out, t.Expected());
+  std::shared_ptr<void> fresh = Resident(*g.group, t.input);
+  EXPECT_NE(g.group->DeviceOfResident(fresh.get()), 0);
+
+  // A request whose tensor lives on the failed device cannot run.
+  Operands resident_ops;
+  resident_ops.inputs = {on_zero.get()};
+  resident_ops.input_spaces = {MemorySpace::kResident};
+  resident_ops.outputs = {out.data()};
+  const absl::Status s =
+      g.group->Execute(Blocked(*g.group), t.problem, resident_ops, &run);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("device 0"), std::string::npos) << s;
+  EXPECT_EQ(g.devices[0]->runs, 0);
+
+  for (TestDevice* d : g.devices) d->failed = true;
+  EXPECT_FALSE(g.group->Health().ok());
+  EXPECT_EQ(
+      g.group->Execute(Blocked(*g.group), t.problem, inline_ops, &run).code(),
+      absl::StatusCode::kUnavailable);
+  EXPECT_EQ(g.group->AllocateResident(64).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+// A batch of requests whose operands live on two devices runs as one
+// launch on one of them.
+TEST(DeviceGroup, StackedRunsStageEveryPart) {
+  Group g = MakeGroup(2);
+  Transpose a(8, 12, 5), b(8, 12, 6);
+  std::shared_ptr<void> in_a = Resident(*g.group, a.input);
+  std::shared_ptr<void> in_b = Resident(*g.group, b.input);
+  ASSERT_NE(g.group->DeviceOfResident(in_a.get()),
+            g.group->DeviceOfResident(in_b.get()));
+  std::vector<float> out_a(a.input.size()), out_b(b.input.size());
+  std::vector<Problem> parts = {a.problem, b.problem};
+  std::vector<Operands> ops(2);
+  ops[0].inputs = {in_a.get()};
+  ops[0].input_spaces = {MemorySpace::kResident};
+  ops[0].outputs = {out_a.data()};
+  ops[1].inputs = {in_b.get()};
+  ops[1].input_spaces = {MemorySpace::kResident};
+  ops[1].outputs = {out_b.data()};
+  const Problem merged = TransposeProblem{DType::kFloat32, 2, 8, 12};
+  RunResult run;
+  ASSERT_TRUE(
+      g.group->ExecuteStacked(Blocked(*g.group), merged, parts, ops, &run)
+          .ok());
+  EXPECT_EQ(run.staged_bytes, a.bytes());
+  EXPECT_EQ(out_a, a.Expected());
+  EXPECT_EQ(out_b, b.Expected());
+}
+
+}  // namespace
+}  // namespace coalesce
