@@ -213,7 +213,8 @@ absl::StatusOr<v1::EchoResponse> Client::Echo(const v1::EchoRequest& request) {
 
 absl::StatusOr<v1::TensorInfo> Client::PutTensor(
     v1::DataType dtype, const std::vector<int64_t>& shape,
-    absl::string_view bytes, const std::string& name) {
+    absl::string_view bytes, const std::string& name,
+    std::optional<int> device_ordinal) {
   grpc::ClientContext context;
   impl_->Prepare(&context);
   v1::PutTensorResponse response;
@@ -224,6 +225,7 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(
   header->set_dtype(dtype);
   header->mutable_shape()->Add(shape.begin(), shape.end());
   header->set_name(name);
+  if (device_ordinal.has_value()) header->set_device_ordinal(*device_ordinal);
   // A failed Write means the server ended the call (e.g. over quota): its
   // status comes from Finish.
   bool open = writer->Write(message);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,11 +91,12 @@ class Client {
   absl::StatusOr<v1::EchoResponse> Echo(const v1::EchoRequest& request);
 
   // Uploads bytes (product(shape) * sizeof(dtype) of them) in chunks of
-  // options.chunk_bytes; name empty lets the server pick the handle.
-  absl::StatusOr<v1::TensorInfo> PutTensor(v1::DataType dtype,
-                                           const std::vector<int64_t>& shape,
-                                           absl::string_view bytes,
-                                           const std::string& name = "");
+  // options.chunk_bytes; name empty lets the server pick the handle, and no
+  // device_ordinal the device it lives on.
+  absl::StatusOr<v1::TensorInfo> PutTensor(
+      v1::DataType dtype, const std::vector<int64_t>& shape,
+      absl::string_view bytes, const std::string& name = "",
+      std::optional<int> device_ordinal = std::nullopt);
   absl::StatusOr<FetchedTensor> GetTensor(const std::string& handle);
   // The bytes freed.
   absl::StatusOr<int64_t> DeleteTensor(const std::string& handle);

@@ -79,6 +79,15 @@ ABSL_FLAG(std::string, access_log, "off",
 ABSL_FLAG(std::string, device, "auto",
           "auto | cpu | cuda: auto uses CUDA when a device is visible, else "
           "the CPU");
+ABSL_FLAG(std::string, devices, "all",
+          "all | ORDINAL,...: the devices one server serves (CUDA ordinals "
+          "as CUDA_VISIBLE_DEVICES numbers them), each with its own streams, "
+          "staging and memory pool; a request runs where its handles live, "
+          "else on the device with the least work in flight");
+ABSL_FLAG(int32_t, cpu_devices, 1,
+          "CPU backend: present this many simulated devices, each a CPU "
+          "backend of its own (multi-device serving without a GPU); "
+          "--devices picks among them");
 ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{1} << 30,
           "largest tensor (input or output) a request may carry or produce, "
           "in bytes; at most 2147483647 (protobuf bytes limit)");
@@ -312,6 +321,21 @@ bool CheckFlagValues(std::string* error) {
         absl::StrCat("--device must be auto, cpu or cuda, not '", device, "'");
     return false;
   }
+  if (absl::GetFlag(FLAGS_cpu_devices) < 1) {
+    *error = absl::StrCat("--cpu_devices must be at least 1, not ",
+                          absl::GetFlag(FLAGS_cpu_devices));
+    return false;
+  }
+  // The syntax here; which ordinals exist, once the devices are probed.
+  if (absl::StatusOr<std::vector<int>> devices =
+          absl::GetFlag(FLAGS_devices) == "all"
+              ? std::vector<int>{0}
+              : ParseDevices(absl::GetFlag(FLAGS_devices),
+                             std::numeric_limits<int>::max());
+      !devices.ok()) {
+    *error = std::string(devices.status().message());
+    return false;
+  }
   for (const auto& [flag, value] :
        {std::pair<const char*, std::string>{"listen",
                                             absl::GetFlag(FLAGS_listen)},
@@ -449,7 +473,8 @@ int Main(int argc, char** argv) {
       "gRPC.\n\n"
       "  coalesce-server [--listen=HOST:PORT] [--metrics_listen=HOST:PORT]\n"
       "                  [--http_listen=HOST:PORT]\n"
-      "                  [--device=auto|cpu|cuda] [--max_tensor_bytes=N]\n"
+      "                  [--device=auto|cpu|cuda] [--devices=all|0,2,...]\n"
+      "                  [--cpu_devices=N] [--max_tensor_bytes=N]\n"
       "                  [--max_message_bytes=N] [--threads=N]\n"
       "                  [--metrics_detail=basic|full]\n"
       "                  [--profile_sampling=off|sampled|gpm]\n"
@@ -523,6 +548,8 @@ int Main(int argc, char** argv) {
   BackendOptions backend_options;
   backend_options.device = absl::GetFlag(FLAGS_device);
   backend_options.threads = absl::GetFlag(FLAGS_threads);
+  backend_options.devices = absl::GetFlag(FLAGS_devices);
+  backend_options.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
   // On a GPU each op in flight has a stream of its own.
   backend_options.cuda_lanes = absl::GetFlag(FLAGS_max_in_flight);
   absl::StatusOr<BackendChoice> choice = CreateBackend(backend_options);
@@ -532,8 +559,11 @@ int Main(int argc, char** argv) {
   }
   const DeviceInfo& device = choice->backend->device();
   const std::string backend_name(BackendName(choice->backend->kind()));
-  spdlog::info("backend {} on {} ({} {}): {}", backend_name, device.name,
-               device.multiprocessors,
+  spdlog::info("backend {} on {}{} ({} {}): {}", backend_name,
+               choice->backend->device_count() > 1
+                   ? absl::StrCat(choice->backend->device_count(), " x ")
+                   : "",
+               device.name, device.multiprocessors,
                device.backend == BackendKind::kCuda ? "SMs" : "threads",
                choice->reason);
 

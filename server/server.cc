@@ -125,8 +125,17 @@ void AddSelectionMetrics(metrics::Registry* registry,
 void AddSchedulerMetrics(metrics::Registry* registry,
                          const Scheduler* scheduler,
                          const SchedulerOptions& options,
-                         const DeviceInfo& device) {
-  const metrics::Labels labels = metrics::DeviceLabels(device);
+                         const Backend& backend) {
+  // One queue serves every device of the backend: their ordinals, joined.
+  metrics::Labels labels = metrics::DeviceLabels(backend.device());
+  if (backend.device_count() > 1) {
+    std::vector<int> ordinals;
+    for (int i = 0; i < backend.device_count(); ++i) {
+      ordinals.push_back(backend.device_at(i).ordinal);
+    }
+    labels["gpu"] = absl::StrJoin(ordinals, ",");
+    labels["gpu_uuid"] = "";
+  }
   metrics::Gauge& queued =
       registry
           ->AddGauge("coalesce_device_queue_requests",
@@ -328,7 +337,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                                                ":", backend->device().ordinal),
                                   scheduling);
   AddSchedulerMetrics(running->registry.get(), running->scheduler.get(),
-                      scheduling, backend->device());
+                      scheduling, *backend);
   running->service = std::make_unique<TensorOpsService>(
       backend, service_config, std::move(backend_reason),
       running->metrics.get(), running->selector.get(), running->tensors.get(),

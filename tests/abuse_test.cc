@@ -410,22 +410,10 @@ int ConnectTo(int port) {
 // it took.
 std::string Scrape(int port, double* seconds) {
   const absl::Time start = absl::Now();
-  const int fd = ConnectTo(port);
-  timeval limit = {5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  const std::string request =
-      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(request.size()));
-  std::string answer;
-  char buffer[65536];
-  ssize_t n;
-  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
-    answer.append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
+  absl::StatusOr<std::string> answer = e2e::HttpGet(port, "/metrics");
+  EXPECT_TRUE(answer.ok()) << answer.status();
   *seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  return answer;
+  return answer.ok() ? *answer : std::string();
 }
 
 // The sum of family's samples whose labels include label (`name="value"`).

@@ -131,6 +131,11 @@ bool WriteFile(const std::string& path, absl::string_view contents);
 std::string RandomHex(int bytes);
 // n values uniform in [-1, 1], none zero, from seed.
 std::vector<float> RandomFloats(size_t n, uint32_t seed);
+
+// GET path from 127.0.0.1:port over a plain socket (HTTP/1.1, connection
+// closed): the whole answer, status line and headers included; waits up to
+// 5 s for each read.
+absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
 // Their little-endian bytes (the wire format of float32 tensors).
 std::string FloatBytes(const std::vector<float>& values);
 // out[j][i] = in[i][j] of a rows x cols row-major matrix.

@@ -22,7 +22,7 @@ namespace coalesce::metrics {
 Labels DeviceLabels(const DeviceInfo& device) {
   const bool cuda = device.backend == BackendKind::kCuda;
   return {{"device", device.name},
-          {"gpu", cuda ? absl::StrCat(device.ordinal) : ""},
+          {"gpu", cuda || device.simulated ? absl::StrCat(device.ordinal) : ""},
           {"gpu_uuid", cuda ? device.uuid : ""}};
 }
 
@@ -118,8 +118,9 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
                                                    MetricsDetail detail)
     : detail_(detail) {
   const DeviceInfo& device = backend.device();
-  // Every coalesce_device_* series is labelled by these.
-  const Labels device_labels = DeviceLabels(device);
+  // Every coalesce_device_* series is labelled by its device's
+  // DeviceLabels.
+  const int devices = backend.device_count();
 
   // ---- Requests.
   requests_ = &registry->AddCounter(
@@ -180,30 +181,32 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
     d2h_seconds_[op] = &d2h_seconds.Add(label, StageBuckets());
   }
 
-  // ---- How busy the device is.
-  device_kernel_seconds_ =
-      &registry
-           ->AddCounter("coalesce_device_kernel_seconds_total",
-                        "Kernel time of every warm run on the device, in "
-                        "seconds; its rate is the fraction of the time the "
-                        "device ran kernels (above 1 when runs overlap).")
-           .Add(device_labels);
-  Gauge& busy =
-      registry
-          ->AddGauge("coalesce_device_busy_ratio",
-                     "Kernel time over wall time since the previous scrape "
-                     "(rate of coalesce_device_kernel_seconds_total).")
-          .Add(device_labels);
-  registry->AddCollectHook(
-      [&busy, kernel = device_kernel_seconds_,
-       last =
-           std::make_shared<std::pair<absl::Time, double>>(absl::Now(), 0.0)] {
-        const absl::Time now = absl::Now();
-        const double seconds = kernel->Value();
-        const double wall = absl::ToDoubleSeconds(now - last->first);
-        if (wall > 0) busy.Set((seconds - last->second) / wall);
-        *last = {now, seconds};
-      });
+  // ---- How busy each device is.
+  Family<Counter>& kernel_total = registry->AddCounter(
+      "coalesce_device_kernel_seconds_total",
+      "Kernel time of every warm run on the device, in seconds; its rate is "
+      "the fraction of the time the device ran kernels (above 1 when runs "
+      "overlap).");
+  Family<Gauge>& busy_family = registry->AddGauge(
+      "coalesce_device_busy_ratio",
+      "Kernel time over wall time since the previous scrape (rate of "
+      "coalesce_device_kernel_seconds_total).");
+  for (int i = 0; i < devices; ++i) {
+    const Labels labels = DeviceLabels(backend.device_at(i));
+    Counter* kernel = &kernel_total.Add(labels);
+    device_kernel_seconds_.push_back(kernel);
+    Gauge& busy = busy_family.Add(labels);
+    registry->AddCollectHook(
+        [&busy, kernel,
+         last = std::make_shared<std::pair<absl::Time, double>>(absl::Now(),
+                                                                0.0)] {
+          const absl::Time now = absl::Now();
+          const double seconds = kernel->Value();
+          const double wall = absl::ToDoubleSeconds(now - last->first);
+          if (wall > 0) busy.Set((seconds - last->second) / wall);
+          *last = {now, seconds};
+        });
+  }
 
   // ---- Kernels.
   kernel_seconds_ = &registry->AddHistogram(
@@ -270,59 +273,69 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
     kernel_series_[i].store(nullptr, std::memory_order_relaxed);
   }
 
-  // ---- Device and build.
+  // ---- Devices and build.
   const bool cpu = device.backend == BackendKind::kCpu;
-  registry
-      ->AddGauge("coalesce_device_memory_total_bytes",
-                 "Memory of the device (host MemTotal for the CPU backend).")
-      .Add(device_labels)
-      .Set(static_cast<double>(cpu ? HostMemoryBytes() : device.memory_bytes));
+  Family<Gauge>& total_family = registry->AddGauge(
+      "coalesce_device_memory_total_bytes",
+      "Memory of the device (host MemTotal for the CPU backend).");
   Family<Gauge>& pinned_family = registry->AddGauge(
       "coalesce_device_pinned_staging_bytes",
       cpu ? "Pinned host memory held for staging copies (0: the CPU backend "
             "stages nothing)."
           : "Pinned host memory held for staging copies.");
-  if (cpu) {
-    // On the CPU the process's resident set is the device memory in use.
-    Gauge& used = registry
-                      ->AddGauge("coalesce_device_memory_used_bytes",
-                                 "Device memory in use (the process's "
-                                 "resident set for the CPU backend).")
-                      .Add(device_labels);
-    registry->AddCollectHook([&used] { used.Set(ProcessResidentBytes()); });
-    pinned_family.Add(device_labels).Set(0);
-  } else {
-    // Read from the backend on every scrape (cudaMemGetInfo and the
-    // stream-ordered pool's attributes on the CUDA backend).
-    Gauge& used = registry
-                      ->AddGauge("coalesce_device_memory_used_bytes",
-                                 "Device memory in use, by every process "
-                                 "(cudaMemGetInfo).")
-                      .Add(device_labels);
-    Gauge& pool = registry
-                      ->AddGauge("coalesce_device_pool_reserved_bytes",
-                                 "Device memory held by the server's "
-                                 "stream-ordered allocation pool.")
-                      .Add(device_labels);
-    Gauge& pinned = pinned_family.Add(device_labels);
+  Family<Gauge>& used_family = registry->AddGauge(
+      "coalesce_device_memory_used_bytes",
+      cpu ? "Device memory in use (the process's resident set for the CPU "
+            "backend)."
+          : "Device memory in use, by every process (cudaMemGetInfo).");
+  Family<Gauge>* pool_family =
+      cpu ? nullptr
+          : &registry->AddGauge("coalesce_device_pool_reserved_bytes",
+                                "Device memory held by the server's "
+                                "stream-ordered allocation pool.");
+  Family<Gauge>* peak_family =
+      device.measured_copy_bandwidth > 0
+          ? &registry->AddGauge(
+                "coalesce_device_copy_peak_bytes_per_second",
+                "Device copy bandwidth (read + write) measured at start-up: "
+                "divide a kernel's bandwidth by it for the fraction of the "
+                "peak.")
+          : nullptr;
+  Family<Gauge>& healthy_family = registry->AddGauge(
+      "coalesce_device_healthy",
+      "1 while the device serves; 0 once it failed (a sticky CUDA error): "
+      "requests go to the other devices.");
+  for (int i = 0; i < devices; ++i) {
+    const DeviceInfo& d = backend.device_at(i);
+    const Labels labels = DeviceLabels(d);
+    total_family.Add(labels).Set(
+        static_cast<double>(cpu ? HostMemoryBytes() : d.memory_bytes));
+    Gauge& used = used_family.Add(labels);
+    Gauge& pinned = pinned_family.Add(labels);
+    Gauge* pool = pool_family == nullptr ? nullptr : &pool_family->Add(labels);
+    Gauge& healthy = healthy_family.Add(labels);
+    if (peak_family != nullptr && d.measured_copy_bandwidth > 0) {
+      peak_family->Add(labels).Set(d.measured_copy_bandwidth);
+    }
     const Backend* b = &backend;
-    registry->AddCollectHook([&used, &pool, &pinned, b] {
-      const MemoryStats m = b->Memory();
+    // Read from the backend on every scrape (cudaMemGetInfo and the
+    // stream-ordered pool's attributes on the CUDA backend). On the CPU the
+    // process's resident set is the device memory in use (simulated
+    // devices share it, and each reports it).
+    registry->AddCollectHook([&used, &pinned, pool, &healthy, b, i, cpu] {
+      healthy.Set(b->HealthOf(i).ok() ? 1 : 0);
+      if (cpu) {
+        used.Set(ProcessResidentBytes());
+        pinned.Set(0);
+        return;
+      }
+      const MemoryStats m = b->MemoryOf(i);
       if (m.used_bytes >= 0) used.Set(static_cast<double>(m.used_bytes));
-      if (m.pool_reserved_bytes >= 0) {
-        pool.Set(static_cast<double>(m.pool_reserved_bytes));
+      if (m.pool_reserved_bytes >= 0 && pool != nullptr) {
+        pool->Set(static_cast<double>(m.pool_reserved_bytes));
       }
       pinned.Set(static_cast<double>(m.pinned_staging_bytes));
     });
-  }
-  if (device.measured_copy_bandwidth > 0) {
-    registry
-        ->AddGauge("coalesce_device_copy_peak_bytes_per_second",
-                   "Device copy bandwidth (read + write) measured at "
-                   "start-up: divide a kernel's bandwidth by it for the "
-                   "fraction of the peak.")
-        .Add(device_labels)
-        .Set(device.measured_copy_bandwidth);
   }
   registry
       ->AddGauge("coalesce_build_info",
@@ -514,7 +527,11 @@ void PrometheusServiceMetrics::CountFailedSample(
 
 void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
   const int op = static_cast<int>(kernel.op);
-  device_kernel_seconds_->Increment(NonNegative(kernel.run.kernel_seconds));
+  const size_t device = static_cast<size_t>(kernel.run.device);
+  if (device < device_kernel_seconds_.size()) {
+    device_kernel_seconds_[device]->Increment(
+        NonNegative(kernel.run.kernel_seconds));
+  }
   h2d_seconds_[op]->Observe(NonNegative(kernel.run.h2d_seconds));
   d2h_seconds_[op]->Observe(NonNegative(kernel.run.d2h_seconds));
   KernelSeries& series = Series(kernel);

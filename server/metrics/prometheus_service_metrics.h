@@ -115,7 +115,7 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   std::array<std::atomic<RpcSeries*>, kNumRpcs> rpc_series_{};
   // Per kernel RPC (indexed by OpKind).
   std::array<Gauge*, kNumKernelRpcs> queued_{};
-  Counter* device_kernel_seconds_ = nullptr;
+  std::vector<Counter*> device_kernel_seconds_;  // by device index
   std::array<Histogram*, kNumKernelRpcs> queue_seconds_{};
   std::array<Histogram*, kNumKernelRpcs> batch_size_{};
   std::array<Histogram*, kNumKernelRpcs> h2d_seconds_{};

@@ -52,6 +52,11 @@ absl::StatusOr<std::shared_ptr<void>> BackendTensorMemory::Allocate(
   return backend_->AllocateResident(bytes);
 }
 
+absl::StatusOr<std::shared_ptr<void>> BackendTensorMemory::AllocateAt(
+    int64_t bytes, const ResidentPlacement& where) {
+  return backend_->AllocateResidentAt(bytes, where);
+}
+
 absl::Status BackendTensorMemory::CopyIn(void* dst, int64_t size,
                                          int64_t offset, const void* src,
                                          int64_t bytes) {
@@ -204,7 +209,8 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
                           std::move(options.on_abandon),
                           options_.now()};
   }
-  absl::StatusOr<std::shared_ptr<void>> data = memory_->Allocate(bytes);
+  absl::StatusOr<std::shared_ptr<void>> data =
+      memory_->AllocateAt(bytes, options.place);
   if (!data.ok()) {
     ledger_->Release(tensor->owner, bytes);
     Erased erased;
@@ -320,7 +326,8 @@ std::vector<TensorListing> TensorStore::List(absl::string_view owner) const {
     if (!it->second.committed) continue;
     const StoredTensor& t = *it->second.tensor;
     out.push_back({t.handle, t.owner, t.dtype, t.shape, t.bytes,
-                   absl::ToDoubleSeconds(now - it->second.last_used)});
+                   absl::ToDoubleSeconds(now - it->second.last_used),
+                   std::max(0, memory_->DeviceOf(t.data.get()))});
   }
   return out;
 }

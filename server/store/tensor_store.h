@@ -60,6 +60,15 @@ class TensorMemory {
   // bytes of memory (uninitialized), freed when the last reference goes;
   // RESOURCE_EXHAUSTED when none is left.
   virtual absl::StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) = 0;
+  // The same, placed on one of several devices (ResidentPlacement); the
+  // default ignores where.
+  virtual absl::StatusOr<std::shared_ptr<void>> AllocateAt(
+      int64_t bytes, const ResidentPlacement& /*where*/) {
+    return Allocate(bytes);
+  }
+  // The index of the device holding memory p of this TensorMemory: 0 where
+  // there is one.
+  virtual int DeviceOf(const void* /*p*/) const { return 0; }
   // Copies between host memory and [offset, offset + bytes) of an
   // allocation of size bytes: OUT_OF_RANGE outside it; other errors are the
   // memory's own (a device fault: INTERNAL).
@@ -79,6 +88,11 @@ class BackendTensorMemory final : public TensorMemory {
   // backend is not owned and must outlive this and every allocation.
   explicit BackendTensorMemory(Backend* backend) : backend_(backend) {}
   absl::StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) override;
+  absl::StatusOr<std::shared_ptr<void>> AllocateAt(
+      int64_t bytes, const ResidentPlacement& where) override;
+  int DeviceOf(const void* p) const override {
+    return backend_->DeviceOfResident(p);
+  }
   absl::Status CopyIn(void* dst, int64_t size, int64_t offset, const void* src,
                       int64_t bytes) override;
   absl::Status CopyOut(const void* src, int64_t size, int64_t offset, void* dst,
@@ -116,6 +130,7 @@ struct TensorListing {
   Shape shape;
   int64_t bytes = 0;
   double idle_seconds = 0;
+  int device = 0;  // TensorMemory::DeviceOf its bytes
 };
 
 struct TensorStoreOptions {
@@ -141,6 +156,10 @@ struct CreateOptions {
   // expires before Commit (not when the store is destroyed), so that the
   // server can cancel the upload.
   std::function<void()> on_abandon;
+  // Which device the bytes go to, on a server of several
+  // (ResidentPlacement): one named, or beside another tensor's bytes (an
+  // op's output beside its input); by default wherever the memory puts it.
+  ResidentPlacement place;
 };
 
 class TensorStore {

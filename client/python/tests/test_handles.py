@@ -107,3 +107,19 @@ def test_unknown_handle_not_found(client):
     with pytest.raises(coalesce.CoalesceError) as e:
         client.transpose(coalesce.TensorHandle("t-does-not-exist"))
     assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_put_on_a_named_device(client, rng):
+    x = random_array(rng, (4, 6), np.float32)
+    h = client.put_tensor(x, device=0)
+    try:
+        assert h.device_ordinal == 0
+        y, report = client.transpose(h, report=True)
+        assert report.device_ordinal == 0
+        np.testing.assert_array_equal(y, x.T)
+    finally:
+        client.delete_tensor(h)
+    with pytest.raises(coalesce.CoalesceError) as e:
+        client.put_tensor(x, device=5)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "header.device_ordinal: 5" in str(e.value)

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -891,6 +892,14 @@ InferParameter Int64Param(int64_t value) {
   return p;
 }
 
+// Whether backend runs on the device of this ordinal.
+bool Serves(const Backend& backend, int64_t ordinal) {
+  for (int i = 0; i < backend.device_count(); ++i) {
+    if (backend.device_at(i).ordinal == ordinal) return true;
+  }
+  return false;
+}
+
 // The KernelReport's figures as response parameters, "report.<field>".
 void ReportAsParameters(const v1::KernelReport& report,
                         ModelInferResponse* response) {
@@ -907,6 +916,9 @@ void ReportAsParameters(const v1::KernelReport& report,
   params["report.peak_bandwidth_fraction"] =
       DoubleParam(report.peak_bandwidth_fraction());
   params["report.batch_size"] = Int64Param(report.batch_size());
+  params["report.device_ordinal"] = Int64Param(report.device_ordinal());
+  params["report.placement"] = StringParam(report.placement());
+  params["report.staged_bytes"] = Int64Param(report.staged_bytes());
 }
 
 // Finishes call with status and answers with it.
@@ -1719,11 +1731,15 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
         "CUDA shared memory needs the CUDA backend; this server runs the ",
         BackendName(backend_->kind()),
         " backend (use system shared memory, or send the tensors inline)"));
-  } else if (status.ok() &&
-             request->device_id() != backend_->device().ordinal) {
+  } else if (status.ok() && !Serves(*backend_, request->device_id())) {
+    std::vector<int> served;
+    for (int i = 0; i < backend_->device_count(); ++i) {
+      served.push_back(backend_->device_at(i).ordinal);
+    }
     status = absl::InvalidArgumentError(absl::StrCat(
         "device_id: ", request->device_id(),
-        ", but this server runs on CUDA device ", backend_->device().ordinal));
+        ", but this server runs on CUDA device", served.size() > 1 ? "s " : " ",
+        absl::StrJoin(served, ",")));
   } else if (status.ok()) {
     // The registry checks the gate, the caller and the name before the
     // handle is opened, and the size after.

@@ -13,6 +13,7 @@
 #include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/quote.h"
 #include "base/status_macros.h"
@@ -62,11 +63,14 @@ KernelObservation Observe(const DeviceInfo& dev, const Problem& p,
 void FillReport(const Backend& backend, const Problem& p,
                 const Selection& selection, const KernelObservation& k,
                 int batch_size, v1::KernelReport* report) {
-  const DeviceInfo& dev = backend.device();
   const RunResult& run = k.run;
+  const DeviceInfo& dev = backend.device_at(run.device);
   report->set_variant(std::string(selection.variant->name()));
   report->set_backend(std::string(BackendName(backend.kind())));
   report->set_device(dev.name);
+  report->set_device_ordinal(dev.ordinal);
+  report->set_placement(std::string(PlacementName(run.placement)));
+  report->set_staged_bytes(run.staged_bytes);
   report->set_kernel_seconds(run.kernel_seconds);
   const double flops = Flops(p);
   const double intensity = k.bytes_moved > 0 ? flops / k.bytes_moved : 0;
@@ -136,23 +140,55 @@ absl::Status InField(const absl::Status& status, absl::string_view field) {
                       absl::StrCat(field, ": ", status.message()));
 }
 
-void FillTensorInfo(const TensorListing& t, v1::TensorInfo* out) {
+void FillTensorInfo(const Backend& backend, const TensorListing& t,
+                    v1::TensorInfo* out) {
   out->set_handle(t.handle);
   out->set_dtype(ToProtoDType(t.dtype));
   out->mutable_shape()->Add(t.shape.begin(), t.shape.end());
   out->set_byte_size(t.bytes);
   out->set_owner(t.owner);
   out->set_idle_seconds(t.idle_seconds);
+  if (t.device < backend.device_count()) {
+    out->set_device_ordinal(backend.device_at(t.device).ordinal);
+  }
 }
 
-TensorListing ListingOf(const StoredTensor& t) {
-  return {t.handle, t.owner, t.dtype, t.shape, t.bytes, 0};
+TensorListing ListingOf(const Backend& backend, const StoredTensor& t) {
+  return {t.handle,
+          t.owner,
+          t.dtype,
+          t.shape,
+          t.bytes,
+          0,
+          std::max(0, backend.DeviceOfResident(t.data.get()))};
+}
+
+// The index of the serving device of this ordinal, or INVALID_ARGUMENT
+// naming field and the ordinals served.
+absl::StatusOr<int> DeviceIndexOf(const Backend& backend, int64_t ordinal,
+                                  absl::string_view field) {
+  std::vector<int> served;
+  for (int i = 0; i < backend.device_count(); ++i) {
+    if (backend.device_at(i).ordinal == ordinal) return i;
+    served.push_back(backend.device_at(i).ordinal);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": ", ordinal, " is not a device this server runs on (",
+      absl::StrJoin(served, ","), ")"));
 }
 
 // Room left in a GetTensor message for everything but the chunk.
 constexpr int64_t kChunkMessageOverhead = 4096;
 
-void FillDeviceInfo(const DeviceInfo& dev, v1::DeviceInfo* out) {
+// health: OK, or why it does not serve; served: one of the devices this
+// server runs requests on.
+void FillDeviceInfo(const DeviceInfo& dev, bool served,
+                    const absl::Status& health, v1::DeviceInfo* out) {
+  out->set_ordinal(dev.ordinal);
+  out->set_uuid(dev.uuid);
+  out->set_serving(served);
+  out->set_healthy(health.ok());
+  out->set_health(health.ok() ? "" : std::string(health.message()));
   out->set_name(dev.name);
   out->set_backend(std::string(BackendName(dev.backend)));
   out->set_compute_capability_major(dev.cc_major);
@@ -231,8 +267,19 @@ absl::Status TensorOpsService::PlaceOutputs(
         }
         // The kernel writes straight into the stored tensor, in the
         // backend's resident memory (device memory on a GPU): no copy after.
-        absl::StatusOr<std::shared_ptr<StoredTensor>> t = tensors_->Create(
-            caller.identity, "", dtype, d.output_shapes[i], d.sizes.outputs[i]);
+        // Beside the first resident input: on a server of several
+        // devices, the device that runs the op.
+        CreateOptions beside;
+        for (size_t j = 0; j < d.operands.inputs.size(); ++j) {
+          if (j < d.operands.input_spaces.size() &&
+              d.operands.input_spaces[j] == MemorySpace::kResident) {
+            beside.place.near = d.operands.inputs[j];
+            break;
+          }
+        }
+        absl::StatusOr<std::shared_ptr<StoredTensor>> t =
+            tensors_->Create(caller.identity, "", dtype, d.output_shapes[i],
+                             d.sizes.outputs[i], std::move(beside));
         if (!t.ok()) {
           Abandon(caller, created);
           return InField(t.status(), absl::StrCat("options.outputs[", i, "]"));
@@ -331,7 +378,8 @@ KernelObservation TensorOpsService::LaunchDone(Call& call, const Problem& p,
                                                const KernelVariant& variant,
                                                const RunResult& run,
                                                int requests) {
-  const KernelObservation kernel = Observe(backend_->device(), p, variant, run);
+  const KernelObservation kernel =
+      Observe(backend_->device_at(run.device), p, variant, run);
   // A cold run's time includes module loading or plan building: the report
   // says so, the kernel metrics keep only the kernel's own figures.
   if (!run.launch.cold) call.metrics().KernelRan(kernel);
@@ -735,8 +783,13 @@ grpc::ServerUnaryReactor* TensorOpsService::GetServerInfo(
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     response->set_backend(std::string(BackendName(backend_->kind())));
-    for (const DeviceInfo& d : backend_->VisibleDevices()) {
-      FillDeviceInfo(d, response->add_devices());
+    const std::vector<DeviceInfo> devices = backend_->VisibleDevices();
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const bool served = static_cast<int>(i) < backend_->device_count();
+      FillDeviceInfo(
+          devices[i], served,
+          served ? backend_->HealthOf(static_cast<int>(i)) : absl::OkStatus(),
+          response->add_devices());
     }
     v1::BuildInfo* build = response->mutable_build();
     build->set_version(COALESCE_VERSION);
@@ -929,6 +982,12 @@ class TensorOpsService::PutTensorReactor final
     CreateOptions create;
     create.upload = true;
     create.on_abandon = [canceller = canceller_] { canceller->Cancel(); };
+    if (message_.header().has_device_ordinal()) {
+      COALESCE_ASSIGN_OR_RETURN(
+          create.place.device,
+          DeviceIndexOf(*service_->backend_, message_.header().device_ordinal(),
+                        "header.device_ordinal"));
+    }
     COALESCE_ASSIGN_OR_RETURN(
         tensor_, service_->tensors_->Create(
                      caller_.identity, message_.header().name(), header_.dtype,
@@ -973,7 +1032,9 @@ class TensorOpsService::PutTensorReactor final
     }
     COALESCE_RETURN_IF_ERROR(
         service_->tensors_->Commit(caller_.identity, tensor_->handle));
-    FillTensorInfo(ListingOf(*tensor_), response_->mutable_tensor());
+    FillTensorInfo(*service_->backend_,
+                   ListingOf(*service_->backend_, *tensor_),
+                   response_->mutable_tensor());
     return absl::OkStatus();
   }
 
@@ -1067,7 +1128,9 @@ class TensorOpsService::GetTensorReactor final
         service_->tensors_->Find(caller.identity, request_->handle());
     if (!t.ok()) return InField(t.status(), "handle");
     tensor_ = *std::move(t);
-    FillTensorInfo(ListingOf(*tensor_), message_.mutable_tensor());
+    FillTensorInfo(*service_->backend_,
+                   ListingOf(*service_->backend_, *tensor_),
+                   message_.mutable_tensor());
     return absl::OkStatus();
   }
 
@@ -1142,7 +1205,7 @@ grpc::ServerUnaryReactor* TensorOpsService::ListTensors(
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
     const std::string& client = caller->identity;
     for (const TensorListing& t : tensors_->List(client)) {
-      FillTensorInfo(t, response->add_tensors());
+      FillTensorInfo(*backend_, t, response->add_tensors());
     }
     response->set_used_bytes(tensors_->used_bytes(client));
     response->set_quota_bytes(tensors_->options().quota_bytes);

@@ -352,8 +352,11 @@ class Client:
                           timeout).payload
 
     # -- tensors kept on the server
-    def put_tensor(self, array, *, name=None, chunk_bytes=None, timeout=None):
-        """Uploads array in chunks; returns its TensorHandle."""
+    def put_tensor(self, array, *, name=None, chunk_bytes=None, timeout=None,
+                   device=None):
+        """Uploads array in chunks; returns its TensorHandle. device: the
+        ordinal of the server device to keep it on (None: the server's
+        choice)."""
         array = contiguous(array)
         step = int(chunk_bytes or self.chunk_bytes)
         if step < 1:
@@ -361,9 +364,12 @@ class Client:
         flat = array.reshape(-1).view(np.uint8)
 
         def parts():
-            yield pb.PutTensorRequest(header=pb.PutTensorHeader(
+            header = pb.PutTensorHeader(
                 dtype=to_proto_dtype(array.dtype), shape=array.shape,
-                name=name or ""))
+                name=name or "")
+            if device is not None:
+                header.device_ordinal = int(device)
+            yield pb.PutTensorRequest(header=header)
             for start in range(0, flat.size, step):
                 yield pb.PutTensorRequest(
                     chunk=flat[start:start + step].tobytes())

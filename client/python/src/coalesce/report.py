@@ -35,6 +35,9 @@ class KernelReport:
     launch: LaunchConfig
     cold_start: bool
     batch_size: int
+    device_ordinal: int
+    placement: str
+    staged_bytes: int
 
     @classmethod
     def from_proto(cls, r):
@@ -54,4 +57,6 @@ class KernelReport:
             peak_bandwidth_fraction=r.peak_bandwidth_fraction,
             bound=r.bound, selection_source=r.selection_source,
             selection_reason=r.selection_reason, launch=launch,
-            cold_start=r.cold_start, batch_size=r.batch_size)
+            cold_start=r.cold_start, batch_size=r.batch_size,
+            device_ordinal=r.device_ordinal, placement=r.placement,
+            staged_bytes=r.staged_bytes)

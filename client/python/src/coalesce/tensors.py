@@ -66,6 +66,7 @@ class TensorHandle:
     byte_size: int = 0
     owner: str = ""
     idle_seconds: float = 0.0
+    device_ordinal: int = 0  # the device its bytes live on
 
     def __str__(self):
         return self.handle
@@ -74,7 +75,8 @@ class TensorHandle:
     def from_info(cls, info):
         return cls(handle=info.handle, dtype=from_proto_dtype(info.dtype),
                    shape=tuple(info.shape), byte_size=info.byte_size,
-                   owner=info.owner, idle_seconds=info.idle_seconds)
+                   owner=info.owner, idle_seconds=info.idle_seconds,
+                   device_ordinal=info.device_ordinal)
 
     @classmethod
     def from_tensor(cls, t):
