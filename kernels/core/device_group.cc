@@ -1,6 +1,7 @@
 #include "kernels/core/device_group.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -111,7 +112,8 @@ double DeviceGroup::OutstandingSeconds(int i) const {
   return load_[i].seconds;
 }
 
-int DeviceGroup::LeastOutstandingHealthy() const {
+int DeviceGroup::BestHealthy(
+    const std::function<bool(int, int)>& better) const {
   std::vector<bool> healthy(members_.size());
   for (size_t i = 0; i < members_.size(); ++i) {
     healthy[i] = members_[i]->Health().ok();
@@ -119,32 +121,25 @@ int DeviceGroup::LeastOutstandingHealthy() const {
   absl::MutexLock lock(&mu_);
   int best = -1;
   for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
-    if (!healthy[i]) continue;
-    if (best < 0 || load_[i].seconds < load_[best].seconds ||
-        (load_[i].seconds == load_[best].seconds &&
-         load_[i].runs < load_[best].runs)) {
-      best = i;
-    }
+    if (healthy[i] && (best < 0 || better(i, best))) best = i;
   }
   return best;
 }
 
+int DeviceGroup::LeastOutstandingHealthy() const {
+  return BestHealthy([this](int a, int b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return load_[a].seconds < load_[b].seconds ||
+           (load_[a].seconds == load_[b].seconds &&
+            load_[a].runs < load_[b].runs);
+  });
+}
+
 int DeviceGroup::FewestResidentBytesHealthy() const {
-  std::vector<bool> healthy(members_.size());
-  for (size_t i = 0; i < members_.size(); ++i) {
-    healthy[i] = members_[i]->Health().ok();
-  }
-  absl::MutexLock lock(&mu_);
-  int best = -1;
-  for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
-    if (!healthy[i]) continue;
-    if (best < 0 || resident_bytes_[i] < resident_bytes_[best] ||
-        (resident_bytes_[i] == resident_bytes_[best] &&
-         load_[i].seconds < load_[best].seconds)) {
-      best = i;
-    }
-  }
-  return best;
+  return BestHealthy([this](int a, int b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return resident_bytes_[a] < resident_bytes_[b] ||
+           (resident_bytes_[a] == resident_bytes_[b] &&
+            load_[a].seconds < load_[b].seconds);
+  });
 }
 
 absl::Status DeviceGroup::Unavailable(int device) const {

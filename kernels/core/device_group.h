@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -108,6 +109,9 @@ class DeviceGroup final : public Backend {
   // Wraps a member's allocation so that its range is known until freed.
   std::shared_ptr<void> Track(std::shared_ptr<void> inner, int64_t bytes,
                               int device) const;
+  // The healthy member that better(a, b) (called under mu_) ranks first,
+  // or -1 when none is healthy.
+  int BestHealthy(const std::function<bool(int, int)>& better) const;
   int LeastOutstandingHealthy() const;
   int FewestResidentBytesHealthy() const;
   absl::Status Unavailable(int device) const;
