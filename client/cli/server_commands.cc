@@ -25,8 +25,9 @@ absl::Status RunInfo(Client& client) {
               info.backend_reason().c_str());
   for (int i = 0; i < info.devices_size(); ++i) {
     const v1::DeviceInfo& d = info.devices(i);
-    std::string line =
-        absl::StrFormat("device %d: %s [%s]", i, d.name(), d.backend());
+    std::string line = absl::StrFormat("device %d: %s [%s]", d.ordinal(),
+                                       d.name(), d.backend());
+    if (!d.uuid().empty()) absl::StrAppend(&line, " ", d.uuid());
     if (d.compute_capability_major() > 0) {
       absl::StrAppendFormat(&line, ", compute capability %d.%d",
                             d.compute_capability_major(),
@@ -51,6 +52,11 @@ absl::Status RunInfo(Client& client) {
     if (d.measured_copy_bytes_per_second() > 0) {
       absl::StrAppendFormat(&line, ", measured copy %.1f GB/s",
                             d.measured_copy_bytes_per_second() / 1e9);
+    }
+    if (!d.serving()) {
+      absl::StrAppend(&line, " (visible, not served)");
+    } else if (!d.healthy()) {
+      absl::StrAppend(&line, " (FAILED: ", d.health(), ")");
     }
     std::printf("%s\n", line.c_str());
   }
