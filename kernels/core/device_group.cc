@@ -112,11 +112,11 @@ double DeviceGroup::OutstandingSeconds(int i) const {
   return load_[i].seconds;
 }
 
-int DeviceGroup::BestHealthy(
-    const std::function<bool(int, int)>& better) const {
+int DeviceGroup::BestHealthy(const std::function<bool(int, int)>& better,
+                             const std::vector<bool>* skip) const {
   std::vector<bool> healthy(members_.size());
   for (size_t i = 0; i < members_.size(); ++i) {
-    healthy[i] = members_[i]->Health().ok();
+    healthy[i] = (skip == nullptr || !(*skip)[i]) && members_[i]->Health().ok();
   }
   absl::MutexLock lock(&mu_);
   int best = -1;
@@ -126,20 +126,25 @@ int DeviceGroup::BestHealthy(
   return best;
 }
 
-int DeviceGroup::LeastOutstandingHealthy() const {
-  return BestHealthy([this](int a, int b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return load_[a].seconds < load_[b].seconds ||
-           (load_[a].seconds == load_[b].seconds &&
-            load_[a].runs < load_[b].runs);
-  });
+int DeviceGroup::LeastOutstandingHealthy(const std::vector<bool>* skip) const {
+  return BestHealthy(
+      [this](int a, int b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return load_[a].seconds < load_[b].seconds ||
+               (load_[a].seconds == load_[b].seconds &&
+                load_[a].runs < load_[b].runs);
+      },
+      skip);
 }
 
-int DeviceGroup::FewestResidentBytesHealthy() const {
-  return BestHealthy([this](int a, int b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return resident_bytes_[a] < resident_bytes_[b] ||
-           (resident_bytes_[a] == resident_bytes_[b] &&
-            load_[a].seconds < load_[b].seconds);
-  });
+int DeviceGroup::FewestResidentBytesHealthy(
+    const std::vector<bool>* skip) const {
+  return BestHealthy(
+      [this](int a, int b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return resident_bytes_[a] < resident_bytes_[b] ||
+               (resident_bytes_[a] == resident_bytes_[b] &&
+                load_[a].seconds < load_[b].seconds);
+      },
+      skip);
 }
 
 absl::Status DeviceGroup::Unavailable(int device) const {
@@ -256,6 +261,24 @@ absl::Status DeviceGroup::Execute(const KernelVariant& v, const Problem& p,
   COALESCE_ASSIGN_OR_RETURN(const int device,
                             Place(absl::MakeConstSpan(&p, 1),
                                   absl::MakeConstSpan(&operands, 1), &why));
+  if (why != Placement::kLeastOutstanding) {
+    return RunOn(device, why, v, p, operands, result);
+  }
+  // Nothing ties the run to a device: one out of memory hands it to the
+  // next.
+  std::vector<bool> tried(members_.size(), false);
+  absl::Status status;
+  for (int d = device; d >= 0; d = LeastOutstandingHealthy(&tried)) {
+    status = RunOn(d, why, v, p, operands, result);
+    if (!absl::IsResourceExhausted(status)) return status;
+    tried[d] = true;
+  }
+  return status;
+}
+
+absl::Status DeviceGroup::RunOn(int device, Placement why,
+                                const KernelVariant& v, const Problem& p,
+                                const Operands& operands, RunResult* result) {
   Operands local;
   Staging staging;
   COALESCE_RETURN_IF_ERROR(Stage(device, p, operands, &local, &staging));
@@ -303,11 +326,19 @@ absl::Status DeviceGroup::ExecuteStacked(const KernelVariant& v,
 
 absl::StatusOr<std::shared_ptr<void>> DeviceGroup::AllocateResident(
     int64_t bytes) {
-  const int device = FewestResidentBytesHealthy();
-  if (device < 0) return Unavailable(-1);
-  COALESCE_ASSIGN_OR_RETURN(std::shared_ptr<void> inner,
-                            members_[device]->AllocateResident(bytes));
-  return Track(std::move(inner), bytes, device);
+  // A device out of memory hands the allocation to the next.
+  std::vector<bool> tried(members_.size(), false);
+  absl::Status status = Unavailable(-1);
+  for (int d = FewestResidentBytesHealthy(); d >= 0;
+       d = FewestResidentBytesHealthy(&tried)) {
+    absl::StatusOr<std::shared_ptr<void>> inner =
+        members_[d]->AllocateResident(bytes);
+    if (inner.ok()) return Track(*std::move(inner), bytes, d);
+    status = inner.status();
+    if (!absl::IsResourceExhausted(status)) return status;
+    tried[d] = true;
+  }
+  return status;
 }
 
 absl::StatusOr<std::shared_ptr<void>> DeviceGroup::AllocateResidentAt(

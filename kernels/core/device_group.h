@@ -13,9 +13,10 @@
 //   healthy device holding the fewest resident bytes.
 // A member whose Health() fails is left out of placement and reported by
 // HealthOf; runs that need its memory fail UNAVAILABLE naming it, and the
-// others go on. Selection sees member 0's description (device()): every
-// member is one model, so one tuning table and cache serve them all.
-// Thread-safe.
+// others go on. A member out of memory (RESOURCE_EXHAUSTED) hands an
+// allocation, or a run that no resident operand ties to it, to the next.
+// Selection sees member 0's description (device()): every member is one model,
+// so one tuning table and cache serve them all. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -111,9 +112,11 @@ class DeviceGroup final : public Backend {
                               int device) const;
   // The healthy member that better(a, b) (called under mu_) ranks first,
   // or -1 when none is healthy.
-  int BestHealthy(const std::function<bool(int, int)>& better) const;
-  int LeastOutstandingHealthy() const;
-  int FewestResidentBytesHealthy() const;
+  // Members marked in *skip are left out too.
+  int BestHealthy(const std::function<bool(int, int)>& better,
+                  const std::vector<bool>* skip = nullptr) const;
+  int LeastOutstandingHealthy(const std::vector<bool>* skip = nullptr) const;
+  int FewestResidentBytesHealthy(const std::vector<bool>* skip = nullptr) const;
   absl::Status Unavailable(int device) const;
   // The device whose resident memory holds most of the runs' operand bytes,
   // -1 when none is resident.
@@ -128,6 +131,11 @@ class DeviceGroup final : public Backend {
   absl::Status Stage(int device, const Problem& p, const Operands& operands,
                      Operands* local, Staging* staging);
   absl::Status Unstage(int device, Staging* staging);
+  // One run on `device`, staged, reserved and reported (RunResult's device,
+  // placement and staged bytes).
+  absl::Status RunOn(int device, Placement why, const KernelVariant& v,
+                     const Problem& p, const Operands& operands,
+                     RunResult* result);
 
   std::vector<std::unique_ptr<Backend>> members_;
   mutable absl::Mutex mu_;

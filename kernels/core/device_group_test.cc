@@ -35,6 +35,9 @@ class TestDevice final : public Backend {
   absl::Status Execute(const KernelVariant& v, const Problem& p,
                        const Operands& operands, RunResult* result) override {
     ++runs;
+    if (out_of_memory) {
+      return absl::ResourceExhaustedError("simulated: out of device memory");
+    }
     if (hold != nullptr) {
       ++held;
       hold->WaitForNotification();
@@ -43,6 +46,10 @@ class TestDevice final : public Backend {
   }
   absl::StatusOr<std::shared_ptr<void>> AllocateResident(
       int64_t bytes) override {
+    ++allocations;
+    if (out_of_memory) {
+      return absl::ResourceExhaustedError("simulated: out of device memory");
+    }
     return inner_->AllocateResident(bytes);
   }
   absl::Status Health() const override {
@@ -50,7 +57,9 @@ class TestDevice final : public Backend {
   }
 
   std::atomic<bool> failed{false};
+  std::atomic<bool> out_of_memory{false};
   std::atomic<int> runs{0};
+  std::atomic<int> allocations{0};
   std::atomic<int> held{0};
   absl::Notification* hold = nullptr;
 
@@ -339,6 +348,47 @@ TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {
       absl::StatusCode::kUnavailable);
   EXPECT_EQ(g.group->AllocateResident(64).status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// A device out of memory hands on what nothing ties to it; what is tied
+// to it gets its error.
+TEST(DeviceGroup, ADeviceOutOfMemoryHandsOnWhatItCan) {
+  Group g = MakeGroup(2);
+  Transpose t(20, 30, 8);
+  std::shared_ptr<void> on_zero = Resident(*g.group, t.input);
+  ASSERT_EQ(g.group->DeviceOfResident(on_zero.get()), 0);
+  std::shared_ptr<void> on_one = Resident(*g.group, t.input);
+  ASSERT_EQ(g.group->DeviceOfResident(on_one.get()), 1);
+  g.devices[0]->out_of_memory = true;
+  // Equal bytes on both: device 0 is asked first, and refuses.
+  const int asked = g.devices[0]->allocations;
+  std::shared_ptr<void> fresh = Resident(*g.group, t.input);
+  EXPECT_EQ(g.group->DeviceOfResident(fresh.get()), 1);
+  EXPECT_EQ(g.devices[0]->allocations, asked + 1);
+
+  std::vector<float> out(t.input.size());
+  Operands inline_ops;
+  inline_ops.inputs = {t.input.data()};
+  inline_ops.outputs = {out.data()};
+  RunResult run;
+  ASSERT_TRUE(
+      g.group->Execute(Blocked(*g.group), t.problem, inline_ops, &run).ok());
+  EXPECT_EQ(run.device, 1);
+  EXPECT_EQ(g.devices[0]->runs, 1);  // tried first, out of memory
+  EXPECT_EQ(out, t.Expected());
+
+  Operands tied;
+  tied.inputs = {on_zero.get()};
+  tied.input_spaces = {MemorySpace::kResident};
+  tied.outputs = {out.data()};
+  EXPECT_EQ(g.group->Execute(Blocked(*g.group), t.problem, tied, &run).code(),
+            absl::StatusCode::kResourceExhausted);
+  g.devices[1]->out_of_memory = true;
+  EXPECT_EQ(g.group->AllocateResident(64).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      g.group->Execute(Blocked(*g.group), t.problem, inline_ops, &run).code(),
+      absl::StatusCode::kResourceExhausted);
 }
 
 // A batch of requests whose operands live on two devices runs as one
