@@ -81,6 +81,9 @@ DeviceGroup::~DeviceGroup() = default;
 
 std::shared_ptr<void> DeviceGroup::Track(std::shared_ptr<void> inner,
                                          int64_t bytes, int device) const {
+  // An empty allocation holds no byte a run could read, and its address may
+  // be another's: it is not tracked (DeviceOfResident: -1).
+  if (bytes <= 0) return inner;
   const uintptr_t start = reinterpret_cast<uintptr_t>(inner.get());
   {
     absl::MutexLock lock(&mu_);
@@ -102,9 +105,7 @@ int DeviceGroup::DeviceOfResident(const void* p) const {
   auto it = ranges_.upper_bound(a);
   if (it == ranges_.begin()) return -1;
   --it;
-  // An empty allocation's address is its own.
-  if (a < it->second.end || a == it->first) return it->second.device;
-  return -1;
+  return a < it->second.end ? it->second.device : -1;
 }
 
 double DeviceGroup::OutstandingSeconds(int i) const {

@@ -305,6 +305,11 @@ TEST(DeviceGroup, AllocatesOnADeviceNamed) {
   const void* address = m->get();
   m->reset();
   EXPECT_EQ(g.group->DeviceOfResident(address), -1);
+  // Empty memory is nowhere: no byte of it can be read.
+  absl::StatusOr<std::shared_ptr<void>> empty =
+      g.group->AllocateResidentAt(0, On(2));
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(g.group->DeviceOfResident(empty->get()), -1);
 }
 
 TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {
