@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,12 +18,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
+#include "client/npy.h"
 #include "tests/e2e_support.h"
 
 namespace coalesce {
@@ -194,6 +197,41 @@ TEST_F(MultiDeviceTest, AChainAcrossDevicesIsStaged) {
       EXPECT_NEAR(d[i * kN + j], want, 1e-4 * kK) << i << "," << j;
     }
   }
+}
+
+// The CLI pins a tensor and lists where each lives; info lists the
+// devices.
+TEST_F(MultiDeviceTest, TheCliPlacesAndListsTensorsByDevice) {
+  const std::string dir = e2e::MakeTempDir("multi-device-cli");
+  NpyArray a;
+  a.shape = {6, 5};
+  a.bytes = e2e::FloatBytes(e2e::RandomFloats(30, 6));
+  ASSERT_TRUE(WriteNpy(dir + "/a.npy", a).ok());
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {
+        e2e::BinaryPath("COALESCE_CLI_BINARY", COALESCE_CLI_BINARY),
+        "--server=" + server_->address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return e2e::RunCommand(argv, absl::Seconds(60));
+  };
+  const e2e::CommandResult put =
+      cli({"put", dir + "/a.npy", "--device_ordinal=2"});
+  ASSERT_EQ(put.exit_code, 0) << put;
+  const std::string handle(absl::StripAsciiWhitespace(put.out));
+  const e2e::CommandResult ls = cli({"ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls;
+  EXPECT_NE(ls.out.find(handle), std::string::npos) << ls;
+  EXPECT_NE(ls.out.find("device 2"), std::string::npos) << ls;
+  EXPECT_EQ(cli({"rm", handle}).exit_code, 0);
+  const e2e::CommandResult info = cli({"info"});
+  ASSERT_EQ(info.exit_code, 0) << info;
+  for (int i = 0; i < kDevices; ++i) {
+    EXPECT_NE(info.out.find(absl::StrCat("device ", i, ": ")),
+              std::string::npos)
+        << info;
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 // The sum of a series' values over the devices it is split by.

@@ -82,6 +82,7 @@ subcommands:
               [--no_bias] [--no_residual]
               h = gelu(x + bias) + residual; y = LayerNorm(h) * gamma + beta
   put FILE.npy [--name=H] [--dtype=]   upload a tensor, print its handle
+      [--device_ordinal=N]              (kept on server device N)
   get HANDLE --output=FILE.npy          download a tensor kept on the server
   rm HANDLE                             delete it (prints the bytes freed)
   ls                                    the tensors kept on the server

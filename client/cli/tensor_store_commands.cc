@@ -18,6 +18,9 @@
 
 ABSL_FLAG(std::string, name, "",
           "put: the handle to create (empty: the server picks one).");
+ABSL_FLAG(int32_t, device_ordinal, -1,
+          "put: the server device to keep the tensor on (-1: the server's "
+          "choice).");
 
 namespace coalesce::cli {
 
@@ -36,8 +39,11 @@ absl::Status Put(Client& client, const std::string& path) {
   COALESCE_ASSIGN_OR_RETURN(NpyArray a, ReadNpy(path, want));
   COALESCE_ASSIGN_OR_RETURN(
       v1::TensorInfo info,
-      client.PutTensor(ToProtoDType(a.dtype), a.shape, a.bytes,
-                       absl::GetFlag(FLAGS_name)));
+      client.PutTensor(
+          ToProtoDType(a.dtype), a.shape, a.bytes, absl::GetFlag(FLAGS_name),
+          absl::GetFlag(FLAGS_device_ordinal) >= 0
+              ? std::optional<int>(absl::GetFlag(FLAGS_device_ordinal))
+              : std::nullopt));
   std::printf("%s\n", info.handle().c_str());
   return absl::OkStatus();
 }
@@ -62,12 +68,12 @@ absl::Status Remove(Client& client, const std::string& handle) {
 absl::Status List(Client& client) {
   COALESCE_ASSIGN_OR_RETURN(v1::ListTensorsResponse list, client.ListTensors());
   for (const v1::TensorInfo& t : list.tensors()) {
-    std::printf("%s %s [%s] %lld bytes, owner %s, idle %.1f s\n",
+    std::printf("%s %s [%s] %lld bytes, owner %s, idle %.1f s, device %d\n",
                 t.handle().c_str(),
                 std::string(v1::DataType_Name(t.dtype())).c_str(),
                 absl::StrJoin(t.shape(), ",").c_str(),
                 static_cast<long long>(t.byte_size()), t.owner().c_str(),
-                t.idle_seconds());
+                t.idle_seconds(), t.device_ordinal());
   }
   return absl::OkStatus();
 }
