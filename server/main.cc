@@ -706,7 +706,7 @@ int Main(int argc, char** argv) {
   // The device queue stops admitting (UNAVAILABLE) and lets what waits
   // start until the deadline, then refuses the rest with CANCELLED.
   const absl::Time deadline = absl::Now() + absl::FromChrono(grace);
-  std::thread drain([&] { (*server)->scheduler->Drain(deadline); });
+  std::thread drain([&] { (*server)->DrainSchedulers(deadline); });
   // New calls are refused; calls still running at the deadline are
   // cancelled, and work that asks (ExplainSelection's measure does,
   // between runs) stops.

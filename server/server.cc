@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -125,17 +126,8 @@ void AddSelectionMetrics(metrics::Registry* registry,
 void AddSchedulerMetrics(metrics::Registry* registry,
                          const Scheduler* scheduler,
                          const SchedulerOptions& options,
-                         const Backend& backend) {
-  // One queue serves every device of the backend: their ordinals, joined.
-  metrics::Labels labels = metrics::DeviceLabels(backend.device());
-  if (backend.device_count() > 1) {
-    std::vector<int> ordinals;
-    for (int i = 0; i < backend.device_count(); ++i) {
-      ordinals.push_back(backend.device_at(i).ordinal);
-    }
-    labels["gpu"] = absl::StrJoin(ordinals, ",");
-    labels["gpu_uuid"] = "";
-  }
+                         const DeviceInfo& device) {
+  const metrics::Labels labels = metrics::DeviceLabels(device);
   metrics::Gauge& queued =
       registry
           ->AddGauge("coalesce_device_queue_requests",
@@ -216,6 +208,15 @@ void AddStoreMetrics(metrics::Registry* registry, const TensorStore* tensors,
 }
 
 }  // namespace
+
+void RunningServer::DrainSchedulers(absl::Time deadline) {
+  // At once: each waits for its own running jobs.
+  std::vector<std::thread> drains;
+  for (const std::unique_ptr<Scheduler>& s : schedulers) {
+    drains.emplace_back([&s, deadline] { s->Drain(deadline); });
+  }
+  for (std::thread& t : drains) t.join();
+}
 
 std::shared_ptr<grpc::Channel> RunningServer::InProcessChannel(
     const grpc::ChannelArguments& args) {
@@ -332,17 +333,27 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                  config.batch_max_requests, config.batch_max_bytes,
                  config.batch_max_delay_us);
   }
-  running->scheduler =
-      std::make_unique<Scheduler>(absl::StrCat(BackendName(backend->kind()),
-                                               ":", backend->device().ordinal),
-                                  scheduling);
-  AddSchedulerMetrics(running->registry.get(), running->scheduler.get(),
-                      scheduling, *backend);
+  // A scheduler per device: its own queue, workers and fairness. Without
+  // --max_in_flight, each takes its share of the backend's concurrency.
+  if (config.max_in_flight <= 0) {
+    scheduling.max_in_flight =
+        std::max(1, backend->concurrency() / backend->device_count());
+  }
+  std::vector<Scheduler*> schedulers;
+  for (int i = 0; i < backend->device_count(); ++i) {
+    const DeviceInfo& device = backend->device_at(i);
+    running->schedulers.push_back(std::make_unique<Scheduler>(
+        absl::StrCat(BackendName(backend->kind()), ":", device.ordinal),
+        scheduling));
+    schedulers.push_back(running->schedulers.back().get());
+    AddSchedulerMetrics(running->registry.get(), schedulers.back(), scheduling,
+                        device);
+  }
   running->service = std::make_unique<TensorOpsService>(
       backend, service_config, std::move(backend_reason),
       running->metrics.get(), running->selector.get(), running->tensors.get(),
       running->shared_memory.get(), running->authenticator.get(),
-      running->scheduler.get());
+      std::move(schedulers));
   running->inference = std::make_unique<InferenceService>(
       backend, running->authenticator.get(), running->metrics.get(),
       running->service.get(), running->shared_memory.get(), COALESCE_VERSION);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kernels/core/backend.h"
 #include "kernels/selection/selector.h"
 #include "server/auth/authenticator.h"
@@ -42,6 +43,9 @@ struct RunningServer {
 
   // A channel to the server that bypasses the network (tests). Responses
   // above the client's default 4 MiB need args.SetMaxReceiveMessageSize.
+  // Drain(deadline) on every device's scheduler, at once.
+  void DrainSchedulers(absl::Time deadline);
+
   std::shared_ptr<grpc::Channel> InProcessChannel(
       const grpc::ChannelArguments& args = grpc::ChannelArguments());
 
@@ -69,10 +73,10 @@ struct RunningServer {
   // per-call identity.
   std::unique_ptr<PeerCredentials> peer_credentials;
   std::unique_ptr<Authenticator> authenticator;
-  // Admits and orders the ops on the backend's device; outlives the
-  // service's calls (grpc::Server, destroyed first, cancels and waits for
-  // them).
-  std::unique_ptr<Scheduler> scheduler;
+  // Admit and order the ops on each of the backend's devices (by device
+  // index); outlive the service's calls (grpc::Server, destroyed first,
+  // cancels and waits for them).
+  std::vector<std::unique_ptr<Scheduler>> schedulers;
   std::unique_ptr<TensorOpsService> service;
   // inference.GRPCInferenceService (KServe v2), which runs its ops through
   // service.

@@ -293,6 +293,9 @@ TEST_F(MultiDeviceTest, InlineRequestsSpreadOverTheDevices) {
   int busy_devices = 0;
   for (const auto& [gpu, seconds] : kernel) busy_devices += seconds > 0;
   EXPECT_GE(busy_devices, 2);
+  // A queue per device.
+  EXPECT_EQ(ByGpu(*metrics, "coalesce_device_max_in_flight_requests"),
+            (std::map<std::string, double>{{"0", 6}, {"1", 6}, {"2", 6}}));
   const std::map<std::string, double> healthy =
       ByGpu(*metrics, "coalesce_device_healthy");
   EXPECT_EQ(healthy,

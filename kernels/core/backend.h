@@ -242,6 +242,29 @@ class Backend {
   virtual const DeviceInfo& device_at(int /*i*/) const { return device(); }
   virtual MemoryStats MemoryOf(int /*i*/) const { return Memory(); }
   virtual absl::Status HealthOf(int /*i*/) const { return Health(); }
+  // The index of the device holding most of the bytes of operands' resident
+  // memory (a run of p there copies the least), or -1 when no resident
+  // operand ties the run to a device; 0 on a backend of one device.
+  virtual int ResidentHome(const Problem& /*p*/,
+                           const Operands& /*operands*/) const {
+    return 0;
+  }
+  // Execute and ExecuteStacked on the device of index `device` (below
+  // device_count()), chosen by the caller: resident operands of other
+  // devices are copied there first. The defaults, for one device, ignore
+  // device.
+  virtual absl::Status ExecuteOn(int /*device*/, const KernelVariant& v,
+                                 const Problem& p, const Operands& operands,
+                                 RunResult* result) {
+    return Execute(v, p, operands, result);
+  }
+  virtual absl::Status ExecuteStackedOn(int /*device*/, const KernelVariant& v,
+                                        const Problem& merged,
+                                        absl::Span<const Problem> parts,
+                                        absl::Span<const Operands> operands,
+                                        RunResult* result) {
+    return ExecuteStacked(v, merged, parts, operands, result);
+  }
   // AllocateResident on a chosen device (ResidentPlacement). The default,
   // for a backend of one device, takes any placement but a device index
   // other than 0 (INVALID_ARGUMENT).

@@ -216,8 +216,8 @@ absl::Status DeviceGroup::Unstage(int device, Staging* staging) {
 
 // The device whose resident memory holds most of the operands' bytes (-1:
 // none resident), over every part of a run.
-int DeviceGroup::ResidentHome(absl::Span<const Problem> problems,
-                              absl::Span<const Operands> operands) const {
+int DeviceGroup::ResidentHomeOf(absl::Span<const Problem> problems,
+                                absl::Span<const Operands> operands) const {
   std::vector<int64_t> on(members_.size(), 0);
   bool any = false;
   for (size_t j = 0; j < problems.size(); ++j) {
@@ -244,7 +244,7 @@ int DeviceGroup::ResidentHome(absl::Span<const Problem> problems,
 absl::StatusOr<int> DeviceGroup::Place(absl::Span<const Problem> problems,
                                        absl::Span<const Operands> operands,
                                        Placement* why) const {
-  int device = ResidentHome(problems, operands);
+  int device = ResidentHomeOf(problems, operands);
   if (device >= 0) {
     *why = Placement::kResident;
     if (!members_[device]->Health().ok()) return Unavailable(device);
@@ -262,6 +262,13 @@ absl::Status DeviceGroup::Execute(const KernelVariant& v, const Problem& p,
   COALESCE_ASSIGN_OR_RETURN(const int device,
                             Place(absl::MakeConstSpan(&p, 1),
                                   absl::MakeConstSpan(&operands, 1), &why));
+  return RunPlaced(device, why, v, p, operands, result);
+}
+
+absl::Status DeviceGroup::RunPlaced(int device, Placement why,
+                                    const KernelVariant& v, const Problem& p,
+                                    const Operands& operands,
+                                    RunResult* result) {
   if (why != Placement::kLeastOutstanding) {
     return RunOn(device, why, v, p, operands, result);
   }
@@ -302,6 +309,51 @@ absl::Status DeviceGroup::ExecuteStacked(const KernelVariant& v,
                                          RunResult* result) {
   Placement why = Placement::kOnlyDevice;
   COALESCE_ASSIGN_OR_RETURN(const int device, Place(parts, operands, &why));
+  return RunStackedOn(device, why, v, merged, parts, operands, result);
+}
+
+int DeviceGroup::ResidentHome(const Problem& p,
+                              const Operands& operands) const {
+  return ResidentHomeOf(absl::MakeConstSpan(&p, 1),
+                        absl::MakeConstSpan(&operands, 1));
+}
+
+absl::Status DeviceGroup::ExecuteOn(int device, const KernelVariant& v,
+                                    const Problem& p, const Operands& operands,
+                                    RunResult* result) {
+  if (device < 0 || device >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device index ", device, ": this server has ", device_count()));
+  }
+  if (!members_[device]->Health().ok()) return Unavailable(device);
+  const Placement why = ResidentHome(p, operands) == device
+                            ? Placement::kResident
+                            : Placement::kLeastOutstanding;
+  return RunPlaced(device, why, v, p, operands, result);
+}
+
+absl::Status DeviceGroup::ExecuteStackedOn(int device, const KernelVariant& v,
+                                           const Problem& merged,
+                                           absl::Span<const Problem> parts,
+                                           absl::Span<const Operands> operands,
+                                           RunResult* result) {
+  if (device < 0 || device >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device index ", device, ": this server has ", device_count()));
+  }
+  if (!members_[device]->Health().ok()) return Unavailable(device);
+  const Placement why = ResidentHomeOf(parts, operands) == device
+                            ? Placement::kResident
+                            : Placement::kLeastOutstanding;
+  return RunStackedOn(device, why, v, merged, parts, operands, result);
+}
+
+absl::Status DeviceGroup::RunStackedOn(int device, Placement why,
+                                       const KernelVariant& v,
+                                       const Problem& merged,
+                                       absl::Span<const Problem> parts,
+                                       absl::Span<const Operands> operands,
+                                       RunResult* result) {
   std::vector<Operands> local(operands.size());
   std::vector<Staging> staging(operands.size());
   for (size_t j = 0; j < operands.size(); ++j) {

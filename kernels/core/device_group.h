@@ -53,6 +53,14 @@ class DeviceGroup final : public Backend {
                               absl::Span<const Problem> parts,
                               absl::Span<const Operands> operands,
                               RunResult* result) override;
+  int ResidentHome(const Problem& p, const Operands& operands) const override;
+  absl::Status ExecuteOn(int device, const KernelVariant& v, const Problem& p,
+                         const Operands& operands, RunResult* result) override;
+  absl::Status ExecuteStackedOn(int device, const KernelVariant& v,
+                                const Problem& merged,
+                                absl::Span<const Problem> parts,
+                                absl::Span<const Operands> operands,
+                                RunResult* result) override;
   absl::StatusOr<std::shared_ptr<void>> AllocateResident(
       int64_t bytes) override;
   absl::StatusOr<std::shared_ptr<void>> AllocateResidentAt(
@@ -120,8 +128,8 @@ class DeviceGroup final : public Backend {
   absl::Status Unavailable(int device) const;
   // The device whose resident memory holds most of the runs' operand bytes,
   // -1 when none is resident.
-  int ResidentHome(absl::Span<const Problem> problems,
-                   absl::Span<const Operands> operands) const;
+  int ResidentHomeOf(absl::Span<const Problem> problems,
+                     absl::Span<const Operands> operands) const;
   // Where a run goes, and why (the class comment).
   absl::StatusOr<int> Place(absl::Span<const Problem> problems,
                             absl::Span<const Operands> operands,
@@ -136,6 +144,17 @@ class DeviceGroup final : public Backend {
   absl::Status RunOn(int device, Placement why, const KernelVariant& v,
                      const Problem& p, const Operands& operands,
                      RunResult* result);
+  // RunOn, and for a run that nothing ties to `device`
+  // (kLeastOutstanding), on the next healthy device while they are out of
+  // memory.
+  absl::Status RunPlaced(int device, Placement why, const KernelVariant& v,
+                         const Problem& p, const Operands& operands,
+                         RunResult* result);
+  absl::Status RunStackedOn(int device, Placement why, const KernelVariant& v,
+                            const Problem& merged,
+                            absl::Span<const Problem> parts,
+                            absl::Span<const Operands> operands,
+                            RunResult* result);
 
   std::vector<std::unique_ptr<Backend>> members_;
   mutable absl::Mutex mu_;

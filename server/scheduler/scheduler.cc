@@ -56,6 +56,7 @@ absl::Status Scheduler::Submit(Job job) {
   ++queued_;
   ++submissions_;
   queued_bytes_ += job.bytes;
+  outstanding_seconds_ += job.seconds;
   queue.push_back(Waiting{std::move(job), std::chrono::steady_clock::now()});
   return absl::OkStatus();
 }
@@ -134,6 +135,7 @@ void Scheduler::WorkerLoop() {
   for (;;) {
     std::vector<Waiting> batch;
     int64_t started = 0;
+    double seconds = 0;
     {
       absl::MutexLock lock(&mu_,
                            absl::Condition(this, &Scheduler::WorkOrStopping));
@@ -144,10 +146,14 @@ void Scheduler::WorkerLoop() {
       FillBatchLocked(batch);
       started = static_cast<int64_t>(batch.size());
       in_flight_ += started - 1;
+      for (const Waiting& w : batch) seconds += w.job.seconds;
     }
     Start(std::move(batch));  // the jobs (and what they hold) die in there
     absl::MutexLock lock(&mu_);
     in_flight_ -= started;
+    outstanding_seconds_ -= seconds;
+    // Sums of doubles drift: nothing outstanding is exactly nothing.
+    if (queued_ == 0 && in_flight_ == 0) outstanding_seconds_ = 0;
   }
 }
 
@@ -187,7 +193,10 @@ void Scheduler::Drain(absl::Time deadline) {
     draining_ = true;
     mu_.AwaitWithDeadline(absl::Condition(this, &Scheduler::NothingWaits),
                           deadline);
-    while (!turns_.empty()) left.push_back(PopNextLocked());
+    while (!turns_.empty()) {
+      left.push_back(PopNextLocked());
+      outstanding_seconds_ -= left.back().job.seconds;
+    }
     stopping_ = true;
     workers.swap(workers_);
   }
@@ -213,6 +222,7 @@ Scheduler::Stats Scheduler::stats() const {
   stats.queued_bytes = queued_bytes_;
   stats.in_flight = in_flight_;
   stats.identities_waiting = static_cast<int64_t>(queues_.size());
+  stats.outstanding_seconds = outstanding_seconds_;
   return stats;
 }
 

@@ -59,6 +59,10 @@ struct Job {
   // Counted against max_queue_bytes while the job waits (not while it runs:
   // a running job's memory is the device's concern).
   int64_t bytes = 0;
+  // The work it brings, in estimated device seconds: counted in
+  // Stats::outstanding_seconds from Submit until it ends, so that a server
+  // of several devices can send work to the least loaded one.
+  double seconds = 0;
   // Asked on the scheduler thread just before the job would start; true: the
   // job never runs and reject gets CANCELLED. May be empty (never cancelled).
   std::function<bool()> cancelled;
@@ -117,6 +121,8 @@ class Scheduler {
     int64_t queued_bytes = 0;
     int64_t in_flight = 0;
     int64_t identities_waiting = 0;
+    // Job::seconds of the jobs waiting or running.
+    double outstanding_seconds = 0;
   };
   // Cheap: one short lock (read on every metrics scrape).
   Stats stats() const;
@@ -170,6 +176,7 @@ class Scheduler {
   // Jobs submitted so far: a batch that waits for more watches it.
   int64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  double outstanding_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   // Drain began: Submit refuses.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // Nothing more will be queued: workers exit once nothing waits.

@@ -241,6 +241,49 @@ TEST(SchedulerTest, FullQueueRefusesAtOnce) {
   EXPECT_EQ(refused_calls.load(), 0);  // an error from Submit: no callback
 }
 
+// Job::seconds count from Submit until the job ends, run or rejected.
+TEST(SchedulerTest, OutstandingSecondsCoverWaitingAndRunningJobs) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  Scheduler scheduler("cpu:0", options);
+  Blocker blocker(scheduler, 1);
+  EXPECT_EQ(scheduler.stats().outstanding_seconds, 0);
+  absl::Notification release;
+  absl::Notification running;
+  Job slow = RunOnly("a", 1, [&](double) {
+    running.Notify();
+    release.WaitForNotification();
+  });
+  slow.seconds = 2.5;
+  ASSERT_TRUE(scheduler.Submit(std::move(slow)).ok());
+  Job quick = RunOnly("b", 1, [](double) {});
+  quick.seconds = 0.5;
+  ASSERT_TRUE(scheduler.Submit(std::move(quick)).ok());
+  EXPECT_DOUBLE_EQ(scheduler.stats().outstanding_seconds, 3.0);
+  blocker.Release();
+  running.WaitForNotification();
+  // The slow job runs; the quick one waits behind it (one worker).
+  EXPECT_DOUBLE_EQ(scheduler.stats().outstanding_seconds, 3.0);
+  release.Notify();
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+  EXPECT_EQ(scheduler.stats().outstanding_seconds, 0);
+
+  Scheduler draining("cpu:1", options);
+  Blocker busy(draining, 1);
+  Job rejected;
+  rejected.identity = "c";
+  rejected.seconds = 4;
+  rejected.run = [](double) { ADD_FAILURE() << "ran"; };
+  rejected.reject = [](absl::Status) {};
+  ASSERT_TRUE(draining.Submit(std::move(rejected)).ok());
+  EXPECT_DOUBLE_EQ(draining.stats().outstanding_seconds, 4);
+  std::thread drain([&] { draining.Drain(absl::Now()); });
+  absl::SleepFor(absl::Milliseconds(50));
+  busy.Release();
+  drain.join();
+  EXPECT_EQ(draining.stats().outstanding_seconds, 0);
+}
+
 TEST(SchedulerTest, FullQueueByBytesAndOversizedJobWhenNothingWaits) {
   std::mt19937 rng(11);
   SchedulerOptions options;

@@ -209,7 +209,7 @@ TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
                                    TensorStore* tensors,
                                    SharedMemoryRegistry* shared_memory,
                                    const Authenticator* auth,
-                                   Scheduler* scheduler)
+                                   std::vector<Scheduler*> schedulers)
     : backend_(backend),
       config_(std::move(config)),
       backend_reason_(std::move(backend_reason)),
@@ -218,7 +218,7 @@ TensorOpsService::TensorOpsService(Backend* backend, ServerConfig config,
       tensors_(tensors),
       shared_memory_(shared_memory),
       auth_(auth),
-      scheduler_(scheduler) {}
+      schedulers_(std::move(schedulers)) {}
 
 void TensorOpsService::AttachHealth(grpc::HealthCheckServiceInterface* health,
                                     std::vector<std::string> also) {
@@ -243,7 +243,7 @@ void TensorOpsService::PublishHealth() {
 }
 
 absl::Status TensorOpsService::PlaceOutputs(
-    const Caller& caller, const DecodedRequest& d,
+    const Caller& caller, const DecodedRequest& d, int device,
     absl::Span<v1::Tensor* const> outputs, Operands& operands,
     absl::InlinedVector<std::string, 2>& created) {
   operands.output_spaces.assign(outputs.size(), MemorySpace::kHost);
@@ -267,16 +267,9 @@ absl::Status TensorOpsService::PlaceOutputs(
         }
         // The kernel writes straight into the stored tensor, in the
         // backend's resident memory (device memory on a GPU): no copy after.
-        // Beside the first resident input: on a server of several
-        // devices, the device that runs the op.
+        // On the device that runs the op (a server of several).
         CreateOptions beside;
-        for (size_t j = 0; j < d.operands.inputs.size(); ++j) {
-          if (j < d.operands.input_spaces.size() &&
-              d.operands.input_spaces[j] == MemorySpace::kResident) {
-            beside.place.near = d.operands.inputs[j];
-            break;
-          }
-        }
+        if (backend_->device_count() > 1) beside.place.device = device;
         absl::StatusOr<std::shared_ptr<StoredTensor>> t =
             tensors_->Create(caller.identity, "", dtype, d.output_shapes[i],
                              d.sizes.outputs[i], std::move(beside));
@@ -336,7 +329,7 @@ absl::Status TensorOpsService::Settle(const Caller& caller,
 
 absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
                                    const Caller& caller,
-                                   const DecodedRequest& d,
+                                   const DecodedRequest& d, int device,
                                    absl::Span<v1::Tensor* const> outputs,
                                    v1::KernelReport* report) {
   COALESCE_RETURN_IF_ERROR(CheckWanted(context));
@@ -350,15 +343,16 @@ absl::Status TensorOpsService::Run(Call& call, grpc::ServerContextBase& context,
   Operands operands = d.operands;
   // Outputs kept as handles: committed only when the kernel succeeded.
   absl::InlinedVector<std::string, 2> created;
-  COALESCE_RETURN_IF_ERROR(PlaceOutputs(caller, d, outputs, operands, created));
+  COALESCE_RETURN_IF_ERROR(
+      PlaceOutputs(caller, d, device, outputs, operands, created));
   if (absl::Status wanted = CheckWanted(context); !wanted.ok()) {
     Abandon(caller, created);
     return wanted;
   }
   RunResult run;
   call.BackendStarted();
-  const absl::Status status =
-      backend_->Execute(*selection.variant, d.problem, operands, &run);
+  const absl::Status status = backend_->ExecuteOn(device, *selection.variant,
+                                                  d.problem, operands, &run);
   call.Launched(run);
   if (!status.ok()) {
     Abandon(caller, created);
@@ -405,6 +399,7 @@ struct TensorOpsService::OpState {
   Caller caller;
   DecodedRequest d;
   OpSlots slots;
+  int device = 0;  // the index of the device whose scheduler runs it
   grpc::CallbackServerContext* context = nullptr;
   // Ends the call: the RPC's reactor, or another front end's continuation.
   std::function<void(grpc::Status)> done;
@@ -610,13 +605,43 @@ void TensorOpsService::SubmitOp(
     // What the run logs (a device fault) is about this request.
     RequestLogScope scope(state->call.request_id());
     state->Finish(Run(state->call, *state->context, state->caller, state->d,
-                      state->slots.outputs, state->slots.report));
+                      state->device, state->slots.outputs,
+                      state->slots.report));
   };
   job.reject = [state](absl::Status why) { state->Finish(why); };
   // Full: RESOURCE_EXHAUSTED at once, saying so; shutting down:
   // UNAVAILABLE.
-  const absl::Status admitted = scheduler_->Submit(std::move(job));
+  state->device = PickDevice(&state->d);
+  const RooflineSeconds bound =
+      Roofline(state->d.problem, backend_->device_at(state->device));
+  job.seconds = std::max(bound.memory, bound.math);
+  const absl::Status admitted =
+      schedulers_[state->device]->Submit(std::move(job));
   if (!admitted.ok()) state->Finish(admitted);
+}
+
+int TensorOpsService::PickDevice(const DecodedRequest* d) const {
+  if (schedulers_.size() <= 1) return 0;
+  if (d != nullptr) {
+    const int home = backend_->ResidentHome(d->problem, d->operands);
+    if (home >= 0) return home;
+  }
+  int best = -1;
+  double best_seconds = 0;
+  int64_t best_jobs = 0;
+  for (int i = 0; i < static_cast<int>(schedulers_.size()); ++i) {
+    if (!backend_->HealthOf(i).ok()) continue;
+    const Scheduler::Stats s = schedulers_[i]->stats();
+    const int64_t jobs = s.queued + s.in_flight;
+    if (best < 0 || s.outstanding_seconds < best_seconds ||
+        (s.outstanding_seconds == best_seconds && jobs < best_jobs)) {
+      best = i;
+      best_seconds = s.outstanding_seconds;
+      best_jobs = jobs;
+    }
+  }
+  // None healthy: the run fails on device 0, naming the fault.
+  return std::max(best, 0);
 }
 
 namespace {
@@ -664,7 +689,8 @@ void TensorOpsService::RunBatch(std::vector<Job> jobs) {
   for (auto* group : {&batch, &alone}) {
     for (const std::shared_ptr<OpState>& state : *group) {
       state->Finish(Run(state->call, *state->context, state->caller, state->d,
-                        state->slots.outputs, state->slots.report));
+                        state->device, state->slots.outputs,
+                        state->slots.report));
     }
   }
 }
@@ -691,8 +717,8 @@ bool TensorOpsService::RunStacked(
   std::vector<Placed> placed;
   for (std::shared_ptr<OpState>& state : batch) {
     Placed p{state, state->d.operands, {}};
-    absl::Status s = PlaceOutputs(state->caller, state->d, state->slots.outputs,
-                                  p.operands, p.created);
+    absl::Status s = PlaceOutputs(state->caller, state->d, state->device,
+                                  state->slots.outputs, p.operands, p.created);
     if (!s.ok()) {
       state->Finish(s);
       continue;
@@ -722,8 +748,8 @@ bool TensorOpsService::RunStacked(
     p.state->call.BackendStarted();
   }
   RunResult run;
-  const absl::Status status =
-      backend_->ExecuteStacked(variant, merged, parts, operands, &run);
+  const absl::Status status = backend_->ExecuteStackedOn(
+      placed[0].state->device, variant, merged, parts, operands, &run);
   for (Placed& p : placed) p.state->call.Launched(run);
   if (!status.ok()) {
     for (Placed& p : placed) {
@@ -913,7 +939,8 @@ grpc::ServerUnaryReactor* TensorOpsService::ExplainSelection(
   job.cancelled = [context] { return context->IsCancelled(); };
   job.run = [finish, explain](double) mutable { finish(explain()); };
   job.reject = [finish](absl::Status why) mutable { finish(why); };
-  const absl::Status admitted = scheduler_->Submit(std::move(job));
+  const absl::Status admitted =
+      schedulers_[PickDevice(nullptr)]->Submit(std::move(job));
   if (!admitted.ok()) finish(admitted);
   return reactor;
 }

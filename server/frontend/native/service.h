@@ -52,13 +52,17 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   // (reported by GetServerInfo). selector chooses the variant of every
   // request without a forced one. tensors must keep its bytes in backend's
   // resident memory (BackendTensorMemory): ops hand stored tensors to
-  // backend->Execute as resident operands. scheduler admits and orders the
-  // work that runs on backend's device (ops, ExplainSelection's measure).
+  // backend->Execute as resident operands. schedulers (one per device of
+  // backend, in device index order) admit and order the work that runs on
+  // each device (ops, ExplainSelection's measure): a request goes to the
+  // device holding most of its resident operands' bytes, else to the
+  // healthy one with the least outstanding work.
   TensorOpsService(Backend* backend, ServerConfig config,
                    std::string backend_reason, ServiceMetrics* metrics,
                    Selector* selector, TensorStore* tensors,
                    SharedMemoryRegistry* shared_memory,
-                   const Authenticator* auth, Scheduler* scheduler);
+                   const Authenticator* auth,
+                   std::vector<Scheduler*> schedulers);
 
   // Publishes the backend's health as the serving status of "", of
   // coalesce.v1.TensorOps and of the services in `also` (other front ends
@@ -199,16 +203,20 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   // a handle: a new stored tensor owned by the caller; shared memory:
   // already resolved), runs it and fills report when d.report.
   absl::Status Run(Call& call, grpc::ServerContextBase& context,
-                   const Caller& caller, const DecodedRequest& d,
+                   const Caller& caller, const DecodedRequest& d, int device,
                    absl::Span<v1::Tensor* const> outputs,
                    v1::KernelReport* report);
+  // The device (index) whose scheduler takes a request: the one holding
+  // most of its resident operands' bytes, else the healthy one with the
+  // least outstanding work (Scheduler::Stats::outstanding_seconds).
+  int PickDevice(const DecodedRequest* d) const;
   // Where d's outputs go (d.output_targets): each requested output's
   // response tensor is filled in and operands.outputs points at its memory
   // (inline: the response's bytes; a handle: a new stored tensor of the
   // caller's, its handle added to created, or an existing one; shared
   // memory: already resolved). On error the created tensors are deleted.
   absl::Status PlaceOutputs(const Caller& caller, const DecodedRequest& d,
-                            absl::Span<v1::Tensor* const> outputs,
+                            int device, absl::Span<v1::Tensor* const> outputs,
                             Operands& operands,
                             absl::InlinedVector<std::string, 2>& created);
   // After a successful launch that served `requests` requests: its figures,
@@ -247,7 +255,7 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   TensorStore* const tensors_;
   SharedMemoryRegistry* const shared_memory_;
   const Authenticator* const auth_;
-  Scheduler* const scheduler_;
+  const std::vector<Scheduler*> schedulers_;  // by device index
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
   // Set once by AttachHealth, before health_.
   std::vector<std::string> health_services_;
