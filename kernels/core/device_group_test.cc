@@ -140,6 +140,16 @@ std::shared_ptr<void> Resident(DeviceGroup& g, const std::vector<float>& data,
   return *m;
 }
 
+// One input and one output, both in resident memory.
+Operands ResidentOps(const void* input, void* output) {
+  Operands ops;
+  ops.inputs = {input};
+  ops.input_spaces = {MemorySpace::kResident};
+  ops.outputs = {output};
+  ops.output_spaces = {MemorySpace::kResident};
+  return ops;
+}
+
 std::vector<float> Read(DeviceGroup& g, const void* resident, size_t n) {
   std::vector<float> out(n);
   const int64_t bytes = static_cast<int64_t>(n * sizeof(float));
@@ -247,11 +257,7 @@ TEST(DeviceGroup, RunsWhereItsResidentOperandsLive) {
       g.group->AllocateResidentAt(t.bytes(), Near(second.get()));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(g.group->DeviceOfResident(out->get()), 1);
-  Operands ops;
-  ops.inputs = {second.get()};
-  ops.input_spaces = {MemorySpace::kResident};
-  ops.outputs = {out->get()};
-  ops.output_spaces = {MemorySpace::kResident};
+  const Operands ops = ResidentOps(second.get(), out->get());
   RunResult run;
   ASSERT_TRUE(g.group->Execute(Blocked(*g.group), t.problem, ops, &run).ok());
   EXPECT_EQ(run.device, 1);
@@ -276,11 +282,7 @@ TEST(DeviceGroup, StagesOperandsOfAnotherDevice) {
   ASSERT_TRUE(out.ok());
   ASSERT_EQ(g.group->DeviceOfResident(out->get()), 1);
   Poison(out->get(), static_cast<size_t>(t.bytes()));
-  Operands ops;
-  ops.inputs = {input.get()};
-  ops.input_spaces = {MemorySpace::kResident};
-  ops.outputs = {out->get()};
-  ops.output_spaces = {MemorySpace::kResident};
+  const Operands ops = ResidentOps(input.get(), out->get());
   RunResult run;
   ASSERT_TRUE(g.group->Execute(Blocked(*g.group), t.problem, ops, &run).ok());
   // Equal bytes on both: the lower index, the output staged back.
@@ -288,6 +290,46 @@ TEST(DeviceGroup, StagesOperandsOfAnotherDevice) {
   EXPECT_EQ(run.staged_bytes, t.bytes());
   EXPECT_EQ(Read(*g.group, out->get(), t.input.size()), t.Expected());
   EXPECT_EQ(Read(*g.group, input.get(), t.input.size()), t.input);
+}
+
+// The server's schedulers place a run at admission (ResidentHome, else
+// their own load) and ExecuteOn runs it there.
+TEST(DeviceGroup, ExecuteOnRunsWhereTheCallerSays) {
+  Group g = MakeGroup(3);
+  Transpose t(24, 40, 9);
+  std::vector<float> out(t.input.size());
+  Operands inline_ops;
+  inline_ops.inputs = {t.input.data()};
+  inline_ops.outputs = {out.data()};
+  EXPECT_EQ(g.group->ResidentHome(t.problem, inline_ops), -1);
+  RunResult run;
+  ASSERT_TRUE(
+      g.group->ExecuteOn(2, Blocked(*g.group), t.problem, inline_ops, &run)
+          .ok());
+  EXPECT_EQ(run.device, 2);
+  EXPECT_EQ(run.placement, Placement::kLeastOutstanding);
+  EXPECT_EQ(out, t.Expected());
+
+  std::shared_ptr<void> on_zero = Resident(*g.group, t.input);
+  absl::StatusOr<std::shared_ptr<void>> on_one =
+      g.group->AllocateResidentAt(t.bytes(), On(1));
+  ASSERT_TRUE(on_one.ok()) << on_one.status();
+  const Operands ops = ResidentOps(on_zero.get(), on_one->get());
+  // Equal bytes on 0 and 1: the lower index is home.
+  EXPECT_EQ(g.group->ResidentHome(t.problem, ops), 0);
+  ASSERT_TRUE(
+      g.group->ExecuteOn(1, Blocked(*g.group), t.problem, ops, &run).ok());
+  EXPECT_EQ(run.device, 1);
+  EXPECT_EQ(run.staged_bytes, t.bytes());  // the input, from device 0
+  EXPECT_EQ(Read(*g.group, on_one->get(), t.input.size()), t.Expected());
+  EXPECT_EQ(
+      g.group->ExecuteOn(3, Blocked(*g.group), t.problem, ops, &run).code(),
+      absl::StatusCode::kInvalidArgument);
+  g.devices[2]->failed = true;
+  EXPECT_EQ(
+      g.group->ExecuteOn(2, Blocked(*g.group), t.problem, inline_ops, &run)
+          .code(),
+      absl::StatusCode::kUnavailable);
 }
 
 TEST(DeviceGroup, AllocatesOnADeviceNamed) {
