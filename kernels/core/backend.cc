@@ -16,11 +16,11 @@
 
 namespace coalesce {
 
-absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResidentAt(
-    int64_t bytes, const ResidentPlacement& where) {
-  if (where.device > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device index ", where.device, ": this backend has one device"));
+absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResidentOn(
+    int device, int64_t bytes) {
+  if (device > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device index ", device, ": this backend has one device"));
   }
   return AllocateResident(bytes);
 }

@@ -138,15 +138,6 @@ std::unique_ptr<ResidentWriter> SynchronousResidentWriter(
 absl::Status CheckResidentRange(const char* what, int64_t size, int64_t offset,
                                 int64_t bytes);
 
-// Where new resident memory goes, on a backend of several devices: on the
-// device of index `device` when >= 0; else beside `near` (resident memory
-// of the backend: an op's output beside its input) while that device is
-// healthy; else wherever AllocateResident would put it.
-struct ResidentPlacement {
-  int device = -1;
-  const void* near = nullptr;
-};
-
 // Memory of the device as the backend sees it; -1 where unknown.
 struct MemoryStats {
   int64_t used_bytes = -1;  // in use on the device, all processes
@@ -265,11 +256,12 @@ class Backend {
                                         RunResult* result) {
     return ExecuteStacked(v, merged, parts, operands, result);
   }
-  // AllocateResident on a chosen device (ResidentPlacement). The default,
-  // for a backend of one device, takes any placement but a device index
-  // other than 0 (INVALID_ARGUMENT).
-  virtual absl::StatusOr<std::shared_ptr<void>> AllocateResidentAt(
-      int64_t bytes, const ResidentPlacement& where);
+  // AllocateResident on the device of index `device` (below
+  // device_count()); -1: wherever AllocateResident puts it. The default,
+  // for a backend of one device, refuses an index above 0
+  // (INVALID_ARGUMENT).
+  virtual absl::StatusOr<std::shared_ptr<void>> AllocateResidentOn(
+      int device, int64_t bytes);
   // The index of the device holding resident memory p (an address inside
   // an allocation of this backend's), or -1 when none does; 0 on a backend
   // of one device.

@@ -269,91 +269,31 @@ absl::Status DeviceGroup::RunPlaced(int device, Placement why,
                                     const KernelVariant& v, const Problem& p,
                                     const Operands& operands,
                                     RunResult* result) {
+  const auto parts = absl::MakeConstSpan(&p, 1);
+  const auto ops = absl::MakeConstSpan(&operands, 1);
+  const double seconds = v.EstimateSeconds(p, device_at(device));
+  const Launch launch = [&](Backend& b, absl::Span<const Operands> local) {
+    return b.Execute(v, p, local[0], result);
+  };
   if (why != Placement::kLeastOutstanding) {
-    return RunOn(device, why, v, p, operands, result);
+    return RunOn(device, why, seconds, parts, ops, launch, result);
   }
   // Nothing ties the run to a device: one out of memory hands it to the
   // next.
   std::vector<bool> tried(members_.size(), false);
   absl::Status status;
   for (int d = device; d >= 0; d = LeastOutstandingHealthy(&tried)) {
-    status = RunOn(d, why, v, p, operands, result);
+    status = RunOn(d, why, seconds, parts, ops, launch, result);
     if (!absl::IsResourceExhausted(status)) return status;
     tried[d] = true;
   }
   return status;
 }
 
-absl::Status DeviceGroup::RunOn(int device, Placement why,
-                                const KernelVariant& v, const Problem& p,
-                                const Operands& operands, RunResult* result) {
-  Operands local;
-  Staging staging;
-  COALESCE_RETURN_IF_ERROR(Stage(device, p, operands, &local, &staging));
-  {
-    Reservation busy(this, device,
-                     v.EstimateSeconds(p, members_[device]->device()));
-    COALESCE_RETURN_IF_ERROR(members_[device]->Execute(v, p, local, result));
-  }
-  COALESCE_RETURN_IF_ERROR(Unstage(device, &staging));
-  result->device = device;
-  result->placement = why;
-  result->staged_bytes = staging.bytes;
-  return absl::OkStatus();
-}
-
-absl::Status DeviceGroup::ExecuteStacked(const KernelVariant& v,
-                                         const Problem& merged,
-                                         absl::Span<const Problem> parts,
-                                         absl::Span<const Operands> operands,
-                                         RunResult* result) {
-  Placement why = Placement::kOnlyDevice;
-  COALESCE_ASSIGN_OR_RETURN(const int device, Place(parts, operands, &why));
-  return RunStackedOn(device, why, v, merged, parts, operands, result);
-}
-
-int DeviceGroup::ResidentHome(const Problem& p,
-                              const Operands& operands) const {
-  return ResidentHomeOf(absl::MakeConstSpan(&p, 1),
-                        absl::MakeConstSpan(&operands, 1));
-}
-
-absl::Status DeviceGroup::ExecuteOn(int device, const KernelVariant& v,
-                                    const Problem& p, const Operands& operands,
-                                    RunResult* result) {
-  if (device < 0 || device >= device_count()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device index ", device, ": this server has ", device_count()));
-  }
-  if (!members_[device]->Health().ok()) return Unavailable(device);
-  const Placement why = ResidentHome(p, operands) == device
-                            ? Placement::kResident
-                            : Placement::kLeastOutstanding;
-  return RunPlaced(device, why, v, p, operands, result);
-}
-
-absl::Status DeviceGroup::ExecuteStackedOn(int device, const KernelVariant& v,
-                                           const Problem& merged,
-                                           absl::Span<const Problem> parts,
-                                           absl::Span<const Operands> operands,
-                                           RunResult* result) {
-  if (device < 0 || device >= device_count()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device index ", device, ": this server has ", device_count()));
-  }
-  if (!members_[device]->Health().ok()) return Unavailable(device);
-  const Placement why = ResidentHomeOf(parts, operands) == device
-                            ? Placement::kResident
-                            : Placement::kLeastOutstanding;
-  return RunStackedOn(device, why, v, merged, parts, operands, result);
-}
-
-absl::Status DeviceGroup::RunStackedOn(int device, Placement why,
-                                       const KernelVariant& v,
-                                       const Problem& merged,
-                                       absl::Span<const Problem> parts,
-                                       absl::Span<const Operands> operands,
-                                       RunResult* result) {
+absl::Status DeviceGroup::RunOn(int device, Placement why, double seconds,
+                                absl::Span<const Problem> parts,
+                                absl::Span<const Operands> operands,
+                                const Launch& launch, RunResult* result) {
   std::vector<Operands> local(operands.size());
   std::vector<Staging> staging(operands.size());
   for (size_t j = 0; j < operands.size(); ++j) {
@@ -361,10 +301,8 @@ absl::Status DeviceGroup::RunStackedOn(int device, Placement why,
         Stage(device, parts[j], operands[j], &local[j], &staging[j]));
   }
   {
-    Reservation busy(this, device,
-                     v.EstimateSeconds(merged, members_[device]->device()));
-    COALESCE_RETURN_IF_ERROR(
-        members_[device]->ExecuteStacked(v, merged, parts, local, result));
+    Reservation busy(this, device, seconds);
+    COALESCE_RETURN_IF_ERROR(launch(*members_[device], local));
   }
   int64_t staged = 0;
   for (Staging& s : staging) {
@@ -375,6 +313,69 @@ absl::Status DeviceGroup::RunStackedOn(int device, Placement why,
   result->placement = why;
   result->staged_bytes = staged;
   return absl::OkStatus();
+}
+
+absl::Status DeviceGroup::ExecuteStacked(const KernelVariant& v,
+                                         const Problem& merged,
+                                         absl::Span<const Problem> parts,
+                                         absl::Span<const Operands> operands,
+                                         RunResult* result) {
+  Placement why = Placement::kOnlyDevice;
+  COALESCE_ASSIGN_OR_RETURN(const int device, Place(parts, operands, &why));
+  return RunStacked(device, why, v, merged, parts, operands, result);
+}
+
+int DeviceGroup::ResidentHome(const Problem& p,
+                              const Operands& operands) const {
+  return ResidentHomeOf(absl::MakeConstSpan(&p, 1),
+                        absl::MakeConstSpan(&operands, 1));
+}
+
+absl::StatusOr<Placement> DeviceGroup::Chosen(
+    int device, absl::Span<const Problem> parts,
+    absl::Span<const Operands> operands) const {
+  if (device < 0 || device >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device index ", device, ": this server has ", device_count()));
+  }
+  if (!members_[device]->Health().ok()) return Unavailable(device);
+  return ResidentHomeOf(parts, operands) == device
+             ? Placement::kResident
+             : Placement::kLeastOutstanding;
+}
+
+absl::Status DeviceGroup::ExecuteOn(int device, const KernelVariant& v,
+                                    const Problem& p, const Operands& operands,
+                                    RunResult* result) {
+  COALESCE_ASSIGN_OR_RETURN(const Placement why,
+                            Chosen(device, absl::MakeConstSpan(&p, 1),
+                                   absl::MakeConstSpan(&operands, 1)));
+  return RunPlaced(device, why, v, p, operands, result);
+}
+
+absl::Status DeviceGroup::ExecuteStackedOn(int device, const KernelVariant& v,
+                                           const Problem& merged,
+                                           absl::Span<const Problem> parts,
+                                           absl::Span<const Operands> operands,
+                                           RunResult* result) {
+  COALESCE_ASSIGN_OR_RETURN(const Placement why,
+                            Chosen(device, parts, operands));
+  return RunStacked(device, why, v, merged, parts, operands, result);
+}
+
+absl::Status DeviceGroup::RunStacked(int device, Placement why,
+                                     const KernelVariant& v,
+                                     const Problem& merged,
+                                     absl::Span<const Problem> parts,
+                                     absl::Span<const Operands> operands,
+                                     RunResult* result) {
+  return RunOn(
+      device, why, v.EstimateSeconds(merged, device_at(device)), parts,
+      operands,
+      [&](Backend& b, absl::Span<const Operands> local) {
+        return b.ExecuteStacked(v, merged, parts, local, result);
+      },
+      result);
 }
 
 absl::StatusOr<std::shared_ptr<void>> DeviceGroup::AllocateResident(
@@ -394,21 +395,14 @@ absl::StatusOr<std::shared_ptr<void>> DeviceGroup::AllocateResident(
   return status;
 }
 
-absl::StatusOr<std::shared_ptr<void>> DeviceGroup::AllocateResidentAt(
-    int64_t bytes, const ResidentPlacement& where) {
-  int device = where.device;
+absl::StatusOr<std::shared_ptr<void>> DeviceGroup::AllocateResidentOn(
+    int device, int64_t bytes) {
+  if (device < 0) return AllocateResident(bytes);
   if (device >= device_count()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "device index ", device, ": this server has ", device_count()));
   }
-  if (device >= 0) {
-    if (!members_[device]->Health().ok()) return Unavailable(device);
-  } else {
-    device = where.near == nullptr ? -1 : DeviceOfResident(where.near);
-    if (device < 0 || !members_[device]->Health().ok()) {
-      return AllocateResident(bytes);
-    }
-  }
+  if (!members_[device]->Health().ok()) return Unavailable(device);
   COALESCE_ASSIGN_OR_RETURN(std::shared_ptr<void> inner,
                             members_[device]->AllocateResident(bytes));
   return Track(std::move(inner), bytes, device);

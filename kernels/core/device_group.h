@@ -9,7 +9,7 @@
 // - Otherwise it goes to the healthy device with the least outstanding
 //   work: the estimated seconds of the runs in flight there, then their
 //   count, then the lowest index.
-// - New resident memory goes where AllocateResidentAt is told, else to the
+// - New resident memory goes where AllocateResidentOn is told, else to the
 //   healthy device holding the fewest resident bytes.
 // A member whose Health() fails is left out of placement and reported by
 // HealthOf; runs that need its memory fail UNAVAILABLE naming it, and the
@@ -63,8 +63,8 @@ class DeviceGroup final : public Backend {
                                 RunResult* result) override;
   absl::StatusOr<std::shared_ptr<void>> AllocateResident(
       int64_t bytes) override;
-  absl::StatusOr<std::shared_ptr<void>> AllocateResidentAt(
-      int64_t bytes, const ResidentPlacement& where) override;
+  absl::StatusOr<std::shared_ptr<void>> AllocateResidentOn(
+      int device, int64_t bytes) override;
   bool resident_is_host_addressable() const override;
   absl::StatusOr<std::shared_ptr<void>> OpenIpcMemory(
       absl::string_view handle, int64_t* allocation_bytes) const override;
@@ -139,22 +139,32 @@ class DeviceGroup final : public Backend {
   absl::Status Stage(int device, const Problem& p, const Operands& operands,
                      Operands* local, Staging* staging);
   absl::Status Unstage(int device, Staging* staging);
-  // One run on `device`, staged, reserved and reported (RunResult's device,
-  // placement and staged bytes).
-  absl::Status RunOn(int device, Placement why, const KernelVariant& v,
-                     const Problem& p, const Operands& operands,
+  // Why a run that a caller sends to `device` goes there; INVALID_ARGUMENT
+  // for an index out of range, UNAVAILABLE for a failed device.
+  absl::StatusOr<Placement> Chosen(int device, absl::Span<const Problem> parts,
+                                   absl::Span<const Operands> operands) const;
+  // One launch on `device` (one part, or a stacked run's parts): every
+  // part's operands staged, `seconds` reserved while launch runs the
+  // member with the staged operands, outputs copied home, and RunResult's
+  // device, placement and staged bytes reported.
+  using Launch =
+      std::function<absl::Status(Backend&, absl::Span<const Operands>)>;
+  absl::Status RunOn(int device, Placement why, double seconds,
+                     absl::Span<const Problem> parts,
+                     absl::Span<const Operands> operands, const Launch& launch,
                      RunResult* result);
-  // RunOn, and for a run that nothing ties to `device`
+  // A single run: RunOn, and for one that nothing ties to `device`
   // (kLeastOutstanding), on the next healthy device while they are out of
   // memory.
   absl::Status RunPlaced(int device, Placement why, const KernelVariant& v,
                          const Problem& p, const Operands& operands,
                          RunResult* result);
-  absl::Status RunStackedOn(int device, Placement why, const KernelVariant& v,
-                            const Problem& merged,
-                            absl::Span<const Problem> parts,
-                            absl::Span<const Operands> operands,
-                            RunResult* result);
+  // A stacked run: RunOn with member's ExecuteStacked.
+  absl::Status RunStacked(int device, Placement why, const KernelVariant& v,
+                          const Problem& merged,
+                          absl::Span<const Problem> parts,
+                          absl::Span<const Operands> operands,
+                          RunResult* result);
 
   std::vector<std::unique_ptr<Backend>> members_;
   mutable absl::Mutex mu_;

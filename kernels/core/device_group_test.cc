@@ -116,38 +116,29 @@ struct Transpose {
   std::vector<float> input;
 };
 
-ResidentPlacement Near(const void* p) {
-  ResidentPlacement where;
-  where.near = p;
-  return where;
-}
-
-ResidentPlacement On(int device) {
-  ResidentPlacement where;
-  where.device = device;
-  return where;
-}
-
 // Resident memory of the group holding data's bytes.
-std::shared_ptr<void> Resident(DeviceGroup& g, const std::vector<float>& data,
-                               const void* near = nullptr) {
+std::shared_ptr<void> Resident(DeviceGroup& g, const std::vector<float>& data) {
   const int64_t bytes = static_cast<int64_t>(data.size() * sizeof(float));
-  absl::StatusOr<std::shared_ptr<void>> m =
-      near == nullptr ? g.AllocateResident(bytes)
-                      : g.AllocateResidentAt(bytes, Near(near));
+  absl::StatusOr<std::shared_ptr<void>> m = g.AllocateResident(bytes);
   EXPECT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE(g.CopyToResident(m->get(), bytes, 0, data.data(), bytes).ok());
   return *m;
 }
 
-// One input and one output, both in resident memory.
-Operands ResidentOps(const void* input, void* output) {
+// One input and one output, each in host memory unless said otherwise.
+Operands Ops(const void* input, void* output,
+             MemorySpace input_space = MemorySpace::kHost,
+             MemorySpace output_space = MemorySpace::kHost) {
   Operands ops;
   ops.inputs = {input};
-  ops.input_spaces = {MemorySpace::kResident};
+  ops.input_spaces = {input_space};
   ops.outputs = {output};
-  ops.output_spaces = {MemorySpace::kResident};
+  ops.output_spaces = {output_space};
   return ops;
+}
+
+Operands ResidentOps(const void* input, void* output) {
+  return Ops(input, output, MemorySpace::kResident, MemorySpace::kResident);
 }
 
 std::vector<float> Read(DeviceGroup& g, const void* resident, size_t n) {
@@ -200,9 +191,7 @@ TEST(DeviceGroup, InlineRequestsGoToTheLeastOutstandingDevice) {
   Group g = MakeGroup(3);
   Transpose t(64, 48, 1);
   std::vector<float> out(t.input.size());
-  Operands ops;
-  ops.inputs = {t.input.data()};
-  ops.outputs = {out.data()};
+  const Operands ops = Ops(t.input.data(), out.data());
   RunResult alone;
   ASSERT_TRUE(g.group->Execute(Blocked(*g.group), t.problem, ops, &alone).ok());
   EXPECT_EQ(alone.device, 0);
@@ -215,9 +204,7 @@ TEST(DeviceGroup, InlineRequestsGoToTheLeastOutstandingDevice) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      Operands o;
-      o.inputs = {t.input.data()};
-      o.outputs = {outs[i].data()};
+      const Operands o = Ops(t.input.data(), outs[i].data());
       EXPECT_TRUE(
           g.group->Execute(Blocked(*g.group), t.problem, o, &runs[i]).ok());
     });
@@ -253,8 +240,8 @@ TEST(DeviceGroup, RunsWhereItsResidentOperandsLive) {
   EXPECT_EQ(g.group->DeviceOfResident(static_cast<char*>(second.get()) + 4), 1);
   EXPECT_EQ(g.group->DeviceOfResident(t.input.data()), -1);
 
-  absl::StatusOr<std::shared_ptr<void>> out =
-      g.group->AllocateResidentAt(t.bytes(), Near(second.get()));
+  absl::StatusOr<std::shared_ptr<void>> out = g.group->AllocateResidentOn(
+      g.group->DeviceOfResident(second.get()), t.bytes());
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(g.group->DeviceOfResident(out->get()), 1);
   const Operands ops = ResidentOps(second.get(), out->get());
@@ -276,9 +263,9 @@ TEST(DeviceGroup, StagesOperandsOfAnotherDevice) {
   std::shared_ptr<void> input = Resident(*g.group, t.input);
   std::shared_ptr<void> filler = Resident(*g.group, t.input);
   ASSERT_EQ(g.group->DeviceOfResident(input.get()), 0);
-  // The output beside the filler, on device 1; poisoned.
-  absl::StatusOr<std::shared_ptr<void>> out =
-      g.group->AllocateResidentAt(t.bytes(), Near(filler.get()));
+  // The output on the filler's device, 1; poisoned.
+  absl::StatusOr<std::shared_ptr<void>> out = g.group->AllocateResidentOn(
+      g.group->DeviceOfResident(filler.get()), t.bytes());
   ASSERT_TRUE(out.ok());
   ASSERT_EQ(g.group->DeviceOfResident(out->get()), 1);
   Poison(out->get(), static_cast<size_t>(t.bytes()));
@@ -298,9 +285,7 @@ TEST(DeviceGroup, ExecuteOnRunsWhereTheCallerSays) {
   Group g = MakeGroup(3);
   Transpose t(24, 40, 9);
   std::vector<float> out(t.input.size());
-  Operands inline_ops;
-  inline_ops.inputs = {t.input.data()};
-  inline_ops.outputs = {out.data()};
+  const Operands inline_ops = Ops(t.input.data(), out.data());
   EXPECT_EQ(g.group->ResidentHome(t.problem, inline_ops), -1);
   RunResult run;
   ASSERT_TRUE(
@@ -312,7 +297,7 @@ TEST(DeviceGroup, ExecuteOnRunsWhereTheCallerSays) {
 
   std::shared_ptr<void> on_zero = Resident(*g.group, t.input);
   absl::StatusOr<std::shared_ptr<void>> on_one =
-      g.group->AllocateResidentAt(t.bytes(), On(1));
+      g.group->AllocateResidentOn(1, t.bytes());
   ASSERT_TRUE(on_one.ok()) << on_one.status();
   const Operands ops = ResidentOps(on_zero.get(), on_one->get());
   // Equal bytes on 0 and 1: the lower index is home.
@@ -334,14 +319,13 @@ TEST(DeviceGroup, ExecuteOnRunsWhereTheCallerSays) {
 
 TEST(DeviceGroup, AllocatesOnADeviceNamed) {
   Group g = MakeGroup(3);
-  absl::StatusOr<std::shared_ptr<void>> m =
-      g.group->AllocateResidentAt(64, On(2));
+  absl::StatusOr<std::shared_ptr<void>> m = g.group->AllocateResidentOn(2, 64);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(g.group->DeviceOfResident(m->get()), 2);
-  EXPECT_EQ(g.group->AllocateResidentAt(64, On(3)).status().code(),
+  EXPECT_EQ(g.group->AllocateResidentOn(3, 64).status().code(),
             absl::StatusCode::kInvalidArgument);
   g.devices[1]->failed = true;
-  EXPECT_EQ(g.group->AllocateResidentAt(64, On(1)).status().code(),
+  EXPECT_EQ(g.group->AllocateResidentOn(1, 64).status().code(),
             absl::StatusCode::kUnavailable);
   // Freed memory is forgotten.
   const void* address = m->get();
@@ -349,7 +333,7 @@ TEST(DeviceGroup, AllocatesOnADeviceNamed) {
   EXPECT_EQ(g.group->DeviceOfResident(address), -1);
   // Empty memory is nowhere: no byte of it can be read.
   absl::StatusOr<std::shared_ptr<void>> empty =
-      g.group->AllocateResidentAt(0, On(2));
+      g.group->AllocateResidentOn(2, 0);
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(g.group->DeviceOfResident(empty->get()), -1);
 }
@@ -366,9 +350,7 @@ TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {
 
   // Inline requests and new memory go to the others.
   std::vector<float> out(t.input.size());
-  Operands inline_ops;
-  inline_ops.inputs = {t.input.data()};
-  inline_ops.outputs = {out.data()};
+  const Operands inline_ops = Ops(t.input.data(), out.data());
   RunResult run;
   ASSERT_TRUE(
       g.group->Execute(Blocked(*g.group), t.problem, inline_ops, &run).ok());
@@ -378,10 +360,8 @@ TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {
   EXPECT_NE(g.group->DeviceOfResident(fresh.get()), 0);
 
   // A request whose tensor lives on the failed device cannot run.
-  Operands resident_ops;
-  resident_ops.inputs = {on_zero.get()};
-  resident_ops.input_spaces = {MemorySpace::kResident};
-  resident_ops.outputs = {out.data()};
+  const Operands resident_ops =
+      Ops(on_zero.get(), out.data(), MemorySpace::kResident);
   const absl::Status s =
       g.group->Execute(Blocked(*g.group), t.problem, resident_ops, &run);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
@@ -414,9 +394,7 @@ TEST(DeviceGroup, ADeviceOutOfMemoryHandsOnWhatItCan) {
   EXPECT_EQ(g.devices[0]->allocations, asked + 1);
 
   std::vector<float> out(t.input.size());
-  Operands inline_ops;
-  inline_ops.inputs = {t.input.data()};
-  inline_ops.outputs = {out.data()};
+  const Operands inline_ops = Ops(t.input.data(), out.data());
   RunResult run;
   ASSERT_TRUE(
       g.group->Execute(Blocked(*g.group), t.problem, inline_ops, &run).ok());
@@ -424,10 +402,7 @@ TEST(DeviceGroup, ADeviceOutOfMemoryHandsOnWhatItCan) {
   EXPECT_EQ(g.devices[0]->runs, 1);  // tried first, out of memory
   EXPECT_EQ(out, t.Expected());
 
-  Operands tied;
-  tied.inputs = {on_zero.get()};
-  tied.input_spaces = {MemorySpace::kResident};
-  tied.outputs = {out.data()};
+  const Operands tied = Ops(on_zero.get(), out.data(), MemorySpace::kResident);
   EXPECT_EQ(g.group->Execute(Blocked(*g.group), t.problem, tied, &run).code(),
             absl::StatusCode::kResourceExhausted);
   g.devices[1]->out_of_memory = true;
@@ -449,13 +424,9 @@ TEST(DeviceGroup, StackedRunsStageEveryPart) {
             g.group->DeviceOfResident(in_b.get()));
   std::vector<float> out_a(a.input.size()), out_b(b.input.size());
   std::vector<Problem> parts = {a.problem, b.problem};
-  std::vector<Operands> ops(2);
-  ops[0].inputs = {in_a.get()};
-  ops[0].input_spaces = {MemorySpace::kResident};
-  ops[0].outputs = {out_a.data()};
-  ops[1].inputs = {in_b.get()};
-  ops[1].input_spaces = {MemorySpace::kResident};
-  ops[1].outputs = {out_b.data()};
+  const std::vector<Operands> ops = {
+      Ops(in_a.get(), out_a.data(), MemorySpace::kResident),
+      Ops(in_b.get(), out_b.data(), MemorySpace::kResident)};
   const Problem merged = TransposeProblem{DType::kFloat32, 2, 8, 12};
   RunResult run;
   ASSERT_TRUE(

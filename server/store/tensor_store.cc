@@ -52,9 +52,9 @@ absl::StatusOr<std::shared_ptr<void>> BackendTensorMemory::Allocate(
   return backend_->AllocateResident(bytes);
 }
 
-absl::StatusOr<std::shared_ptr<void>> BackendTensorMemory::AllocateAt(
-    int64_t bytes, const ResidentPlacement& where) {
-  return backend_->AllocateResidentAt(bytes, where);
+absl::StatusOr<std::shared_ptr<void>> BackendTensorMemory::AllocateOn(
+    int device, int64_t bytes) {
+  return backend_->AllocateResidentOn(device, bytes);
 }
 
 absl::Status BackendTensorMemory::CopyIn(void* dst, int64_t size,
@@ -210,7 +210,7 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
                           options_.now()};
   }
   absl::StatusOr<std::shared_ptr<void>> data =
-      memory_->AllocateAt(bytes, options.place);
+      memory_->AllocateOn(options.device, bytes);
   if (!data.ok()) {
     ledger_->Release(tensor->owner, bytes);
     Erased erased;

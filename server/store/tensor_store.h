@@ -60,10 +60,10 @@ class TensorMemory {
   // bytes of memory (uninitialized), freed when the last reference goes;
   // RESOURCE_EXHAUSTED when none is left.
   virtual absl::StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) = 0;
-  // The same, placed on one of several devices (ResidentPlacement); the
-  // default ignores where.
-  virtual absl::StatusOr<std::shared_ptr<void>> AllocateAt(
-      int64_t bytes, const ResidentPlacement& /*where*/) {
+  // The same, on the device of index `device` where there are several
+  // (-1: anywhere); the default ignores device.
+  virtual absl::StatusOr<std::shared_ptr<void>> AllocateOn(int /*device*/,
+                                                           int64_t bytes) {
     return Allocate(bytes);
   }
   // The index of the device holding memory p of this TensorMemory: 0 where
@@ -88,8 +88,8 @@ class BackendTensorMemory final : public TensorMemory {
   // backend is not owned and must outlive this and every allocation.
   explicit BackendTensorMemory(Backend* backend) : backend_(backend) {}
   absl::StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) override;
-  absl::StatusOr<std::shared_ptr<void>> AllocateAt(
-      int64_t bytes, const ResidentPlacement& where) override;
+  absl::StatusOr<std::shared_ptr<void>> AllocateOn(int device,
+                                                   int64_t bytes) override;
   int DeviceOf(const void* p) const override {
     return backend_->DeviceOfResident(p);
   }
@@ -156,10 +156,9 @@ struct CreateOptions {
   // expires before Commit (not when the store is destroyed), so that the
   // server can cancel the upload.
   std::function<void()> on_abandon;
-  // Which device the bytes go to, on a server of several
-  // (ResidentPlacement): one named, or beside another tensor's bytes (an
-  // op's output beside its input); by default wherever the memory puts it.
-  ResidentPlacement place;
+  // The index of the device the bytes go to, on a server of several; -1:
+  // wherever the memory puts them.
+  int device = -1;
 };
 
 class TensorStore {

@@ -268,11 +268,11 @@ absl::Status TensorOpsService::PlaceOutputs(
         // The kernel writes straight into the stored tensor, in the
         // backend's resident memory (device memory on a GPU): no copy after.
         // On the device that runs the op (a server of several).
-        CreateOptions beside;
-        if (backend_->device_count() > 1) beside.place.device = device;
+        CreateOptions create;
+        if (backend_->device_count() > 1) create.device = device;
         absl::StatusOr<std::shared_ptr<StoredTensor>> t =
             tensors_->Create(caller.identity, "", dtype, d.output_shapes[i],
-                             d.sizes.outputs[i], std::move(beside));
+                             d.sizes.outputs[i], std::move(create));
         if (!t.ok()) {
           Abandon(caller, created);
           return InField(t.status(), absl::StrCat("options.outputs[", i, "]"));
@@ -1011,7 +1011,7 @@ class TensorOpsService::PutTensorReactor final
     create.on_abandon = [canceller = canceller_] { canceller->Cancel(); };
     if (message_.header().has_device_ordinal()) {
       COALESCE_ASSIGN_OR_RETURN(
-          create.place.device,
+          create.device,
           DeviceIndexOf(*service_->backend_, message_.header().device_ordinal(),
                         "header.device_ordinal"));
     }
