@@ -306,8 +306,12 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
       std::move(auth), running->peer_credentials.get());
   WarnIfExposed(config, running->authenticator->enabled());
   SchedulerOptions scheduling;
+  // A scheduler per device (below): without --max_in_flight, each takes its
+  // device's share of the backend's concurrency.
   scheduling.max_in_flight =
-      config.max_in_flight > 0 ? config.max_in_flight : backend->concurrency();
+      config.max_in_flight > 0
+          ? config.max_in_flight
+          : std::max(1, backend->concurrency() / backend->device_count());
   scheduling.max_queue_requests = config.max_queue_requests;
   scheduling.max_queue_bytes = config.max_queue_bytes;
   ServerConfig service_config = config;
@@ -333,12 +337,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                  config.batch_max_requests, config.batch_max_bytes,
                  config.batch_max_delay_us);
   }
-  // A scheduler per device: its own queue, workers and fairness. Without
-  // --max_in_flight, each takes its share of the backend's concurrency.
-  if (config.max_in_flight <= 0) {
-    scheduling.max_in_flight =
-        std::max(1, backend->concurrency() / backend->device_count());
-  }
+  // A scheduler per device: its own queue, workers and fairness.
   std::vector<Scheduler*> schedulers;
   for (int i = 0; i < backend->device_count(); ++i) {
     const DeviceInfo& device = backend->device_at(i);

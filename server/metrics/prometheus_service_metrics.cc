@@ -305,38 +305,49 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       "coalesce_device_healthy",
       "1 while the device serves; 0 once it failed (a sticky CUDA error): "
       "requests go to the other devices.");
+  struct DeviceGauges {
+    Gauge* used;
+    Gauge* pinned;
+    Gauge* pool;  // null on the CPU
+    Gauge* healthy;
+  };
+  std::vector<DeviceGauges> gauges;
+  const double host_memory = cpu ? static_cast<double>(HostMemoryBytes()) : 0;
   for (int i = 0; i < devices; ++i) {
     const DeviceInfo& d = backend.device_at(i);
     const Labels labels = DeviceLabels(d);
-    total_family.Add(labels).Set(
-        static_cast<double>(cpu ? HostMemoryBytes() : d.memory_bytes));
-    Gauge& used = used_family.Add(labels);
-    Gauge& pinned = pinned_family.Add(labels);
-    Gauge* pool = pool_family == nullptr ? nullptr : &pool_family->Add(labels);
-    Gauge& healthy = healthy_family.Add(labels);
+    total_family.Add(labels).Set(cpu ? host_memory
+                                     : static_cast<double>(d.memory_bytes));
+    gauges.push_back(
+        {&used_family.Add(labels), &pinned_family.Add(labels),
+         pool_family == nullptr ? nullptr : &pool_family->Add(labels),
+         &healthy_family.Add(labels)});
+    if (cpu) gauges.back().pinned->Set(0);
     if (peak_family != nullptr && d.measured_copy_bandwidth > 0) {
       peak_family->Add(labels).Set(d.measured_copy_bandwidth);
     }
-    const Backend* b = &backend;
-    // Read from the backend on every scrape (cudaMemGetInfo and the
-    // stream-ordered pool's attributes on the CUDA backend). On the CPU the
-    // process's resident set is the device memory in use (simulated
-    // devices share it, and each reports it).
-    registry->AddCollectHook([&used, &pinned, pool, &healthy, b, i, cpu] {
-      healthy.Set(b->HealthOf(i).ok() ? 1 : 0);
+  }
+  // Read from the backend on every scrape (cudaMemGetInfo and the
+  // stream-ordered pool's attributes on the CUDA backend). On the CPU the
+  // process's resident set is the device memory in use, read once (simulated
+  // devices share it, and each reports it).
+  registry->AddCollectHook([gauges = std::move(gauges), b = &backend, cpu] {
+    const double resident = cpu ? ProcessResidentBytes() : 0;
+    for (int i = 0; i < static_cast<int>(gauges.size()); ++i) {
+      const DeviceGauges& g = gauges[i];
+      g.healthy->Set(b->HealthOf(i).ok() ? 1 : 0);
       if (cpu) {
-        used.Set(ProcessResidentBytes());
-        pinned.Set(0);
-        return;
+        g.used->Set(resident);
+        continue;
       }
       const MemoryStats m = b->MemoryOf(i);
-      if (m.used_bytes >= 0) used.Set(static_cast<double>(m.used_bytes));
-      if (m.pool_reserved_bytes >= 0 && pool != nullptr) {
-        pool->Set(static_cast<double>(m.pool_reserved_bytes));
+      if (m.used_bytes >= 0) g.used->Set(static_cast<double>(m.used_bytes));
+      if (m.pool_reserved_bytes >= 0 && g.pool != nullptr) {
+        g.pool->Set(static_cast<double>(m.pool_reserved_bytes));
       }
-      pinned.Set(static_cast<double>(m.pinned_staging_bytes));
-    });
-  }
+      g.pinned->Set(static_cast<double>(m.pinned_staging_bytes));
+    }
+  });
   registry
       ->AddGauge("coalesce_build_info",
                  "Build and backend of this server (value 1).")
