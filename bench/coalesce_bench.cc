@@ -66,6 +66,10 @@ ABSL_FLAG(double, check_max_flops, 1e10,
           "skip the correctness check above this many FLOPs (the float64 CPU "
           "reference of a 4096^3 GEMM would take minutes)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
+ABSL_FLAG(bool, same_size_copy, true,
+          "time a copy of each case's bytes beside it (false: the variants "
+          "alone, so that device-wide counters read during the run see only "
+          "them)");
 ABSL_FLAG(std::string, gelu_operands, "bias,residual,gamma,beta",
           "GELU-LayerNorm cases: the optional operands beside x "
           "(comma-separated subset of bias, residual, gamma, beta; empty: x "
@@ -395,7 +399,7 @@ int Main(int argc, char** argv) {
     const int64_t copy_bytes = MinBytesMoved(p) / 2;
     auto [same_size, fresh] = copies.try_emplace(
         absl::StrCat(OpName(OpOf(p)), " ", DTypeName(DTypeOf(p)), " ", shape));
-    if (fresh && copy_bytes > 0) {
+    if (fresh && copy_bytes > 0 && absl::GetFlag(FLAGS_same_size_copy)) {
       absl::StatusOr<BenchmarkResult> c =
           backend.BenchmarkCopy(copy_bytes, opts);
       if (c.ok()) {

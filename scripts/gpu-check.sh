@@ -35,6 +35,9 @@
 #             regions, a region truncated while the GPU copies it, quota
 #             games, stalled uploads, cancellation storms, SIGTERM during a
 #             long measure, slow /metrics clients; security.log
+#   devices   one GPU named: a server with --devices=0 (coalesce info, and
+#             transposes whose reports name ordinal 0), and an ordinal the
+#             host lacks refused at start-up; devices.log
 #   service   the service benchmark: coalesce-bench service against a server
 #             here (GELU-LN on device handles, transposes inline, Echo)
 #             and the GELU-LN kernel's own bandwidth at the same shape
@@ -349,6 +352,32 @@ if has security; then
       "$bin/$t" 2>&1 | tee -a "$out/security.log" | grep -E '^\[ *(OK|FAILED|SKIPPED|PASSED) ' 
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
+fi
+if has devices; then
+  echo "== devices: --devices=0, and an ordinal this host lacks"
+  serve --devices=0
+  if [ -z "$port" ]; then
+    echo "the server with --devices=0 did not come up"
+    status=1
+  else
+    {
+      "$bin/coalesce" --server="127.0.0.1:$port" info
+      for _ in 1 2; do
+        "$bin/coalesce" --server="127.0.0.1:$port" transpose \
+          --shape=4096,4096 --report
+      done
+    } 2>&1 | tee "$out/devices.log"
+    grep -q "ordinal 0" "$out/devices.log" || status=1
+    kill "$server_pid"; wait "$server_pid" 2>/dev/null
+  fi
+  count=$(nvidia-smi -L | grep -c '^GPU ')
+  timeout 120 "$bin/coalesce-server" --listen=127.0.0.1:0 \
+    --metrics_listen=127.0.0.1:0 --devices="$count" >>"$out/devices.log" 2>&1
+  rc=$?
+  tail -n 2 "$out/devices.log"
+  echo "--devices=$count on a host of $count GPUs: exit code $rc" |
+    tee -a "$out/devices.log"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || status=1
 fi
 if has service; then
   # The service on this GPU: 64 MiB float32 GELU-LN with its input a

@@ -14,7 +14,9 @@
 #    then all): the kernel of each op's third request, profiled in place.
 # 4. A server sampling every launch (--profile_sampling): its achieved
 #    occupancy and DRAM throughput per op, from /metrics.
-# 5. A table of all of them, with the ratios, in OUT_DIR/metrics-vs-ncu.md.
+# 5. NVML GPM's device-level figures during a back-to-back loop of each
+#    variant, against step 4's, and the gpu_uuid label against nvidia-smi.
+# 6. A table of all of them, with the ratios, in OUT_DIR/metrics-vs-ncu.md.
 set -uo pipefail
 out=${1:?usage: metrics-vs-ncu.sh OUT_DIR}
 mkdir -p "$out"
@@ -103,6 +105,43 @@ serve --profile_sampling=sampled --profile_sampling_fraction=1
 mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
 send_cases
 curl -s "http://127.0.0.1:$mport/metrics" >"$out/metrics-sampled.txt"
+kill "$server_pid"; wait "$server_pid" 2>/dev/null
+# 5. NVML GPM, the device-level figures (--profile_sampling=gpm): while
+#    coalesce-bench runs each op's chosen variant back to back in another
+#    process for about 5 s (no same-size copies beside it), /metrics is read
+#    every 0.25 s; the readings from the middle half of the loop are
+#    compared with the CUPTI figures of step 4. The server's gpu_uuid label
+#    is compared with nvidia-smi's.
+serve --profile_sampling=gpm
+mport=$(sed -n 's/.*metrics on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.out")
+"$bin/coalesce" --server="127.0.0.1:$port" info >"$out/info.txt" 2>&1
+nvidia-smi --query-gpu=uuid --format=csv,noheader >"$out/nvidia-smi-uuid.txt"
+for c in "${cases[@]}"; do
+  IFS='|' read -r name cli_args bench_args <<<"$c"
+  variant=$(sed -n 's/^  variant: *//p' "$out/report-$name.txt")
+  us=$(sed -n 's/^  kernel: *\([0-9.]*\) us.*/\1/p' "$out/report-$name.txt")
+  # Each run is timed twice (per launch, then back to back).
+  reps=$(awk -v us="${us:-100}" 'BEGIN {r = int(5e6 / (2 * us + 3)); print (r < 100 ? 100 : r)}')
+  echo "== GPM: $name ($variant), $reps runs"
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  "$bin/coalesce-bench" kernels $bench_args "--variants=$variant\$" \
+    --reps="$reps" --warmup=5 --check_max_elements=0 --same_size_copy=false \
+    >"$out/gpm-loop-$name.txt" 2>&1 &
+  loop=$!
+  : >"$out/gpm-$name.tsv"
+  while kill -0 "$loop" 2>/dev/null; do
+    t=$(date +%s.%N)
+    curl -s "http://127.0.0.1:$mport/metrics" | awk -v t="$t" '
+      /^coalesce_device_sm_occupancy_ratio\{/ {print t, "occupancy", $NF}
+      /^coalesce_device_dram_bytes_per_second\{/ {print t, "dram", $NF}' \
+      >>"$out/gpm-$name.tsv"
+    sleep 0.25
+  done
+  wait "$loop"
+  echo "$t0 $(date +%s.%N)" >"$out/gpm-$name.span"
+done
+curl -s "http://127.0.0.1:$mport/metrics" >"$out/metrics-gpm.txt"
 kill "$server_pid"; wait "$server_pid" 2>/dev/null
 python3 - "$out" <<'PY'
 import csv, re, sys
@@ -213,6 +252,55 @@ for name in names:
         100 * sampled_mean(variant.group(1) if variant else "", "achieved_occupancy_ratio"),
         1e-9 * sampled_mean(variant.group(1) if variant else "", "sampled_dram_bytes_per_second")))
 text = "\n".join(rows) + "\n"
+
+# NVML GPM against CUPTI: points of 100% occupancy and of the theoretical
+# DRAM bandwidth (coalesce info's), within 10 each.
+theoretical = float("nan")
+try:
+    m = re.search(r"theoretical ([0-9.]+) GB/s", open(f"{out}/info.txt").read())
+    theoretical = float(m.group(1)) if m else float("nan")
+except OSError:
+    pass
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")
+gpm_rows = ["| op | variant | CUPTI achieved occupancy %% | GPM SM occupancy %% | points | CUPTI DRAM GB/s | GPM DRAM GB/s | points of %.0f GB/s | within 10 |" % theoretical,
+            "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+for name in names:
+    variant = re.search(r"variant: *(\S+)", open(f"{out}/report-{name}.txt").read())
+    variant = variant.group(1) if variant else ""
+    readings = {"occupancy": [], "dram": []}
+    try:
+        t0, t1 = map(float, open(f"{out}/gpm-{name}.span").read().split())
+        for line in open(f"{out}/gpm-{name}.tsv"):
+            t, kind, value = line.split()
+            if t0 + 0.25 * (t1 - t0) <= float(t) <= t0 + 0.75 * (t1 - t0):
+                readings[kind].append(float(value))
+    except (OSError, ValueError):
+        t0 = t1 = float("nan")
+    cupti_occ = 100 * sampled_mean(variant, "achieved_occupancy_ratio")
+    cupti_dram = 1e-9 * sampled_mean(variant, "sampled_dram_bytes_per_second")
+    gpm_occ = 100 * median(readings["occupancy"])
+    gpm_dram = 1e-9 * median(readings["dram"])
+    occ_pts = gpm_occ - cupti_occ
+    dram_pts = 100 * (gpm_dram - cupti_dram) / theoretical
+    ok = abs(occ_pts) <= 10 and abs(dram_pts) <= 10
+    gpm_rows.append("| %s | %s | %.1f | %.1f | %+.1f | %.0f | %.0f | %+.1f | %s |" % (
+        name, variant or "-", cupti_occ, gpm_occ, occ_pts, cupti_dram, gpm_dram,
+        dram_pts, "yes" if ok else "NO"))
+text += ("\nNVML GPM (whole device, median of the readings in the middle half "
+         "of a 5 s back-to-back loop) against CUPTI (the server's sampled "
+         "requests):\n\n" + "\n".join(gpm_rows) + "\n")
+
+exported = sorted(set(re.findall(r'gpu_uuid="([^"]*)"',
+                                 open(f"{out}/metrics-gpm.txt").read())))
+try:
+    smi = open(f"{out}/nvidia-smi-uuid.txt").read().split()
+except OSError:
+    smi = []
+text += "\ngpu_uuid: %s; nvidia-smi: %s; %s\n" % (
+    ", ".join(exported) or "-", ", ".join(smi) or "-",
+    "equal" if exported and exported == sorted(smi) else "DIFFERENT")
 open(f"{out}/metrics-vs-ncu.md", "w").write(text)
 print(text)
 PY

@@ -223,6 +223,15 @@ TEST_F(MultiDeviceTest, TheCliPlacesAndListsTensorsByDevice) {
   EXPECT_NE(ls.out.find(handle), std::string::npos) << ls;
   EXPECT_NE(ls.out.find("device 2"), std::string::npos) << ls;
   EXPECT_EQ(cli({"rm", handle}).exit_code, 0);
+  // An op's report names the device it ran on and why.
+  const e2e::CommandResult op =
+      cli({"transpose", "--input=" + dir + "/a.npy", "--report"});
+  ASSERT_EQ(op.exit_code, 0) << op;
+  const size_t ordinal = op.out.find(", ordinal ");
+  ASSERT_NE(ordinal, std::string::npos) << op;
+  EXPECT_LT(op.out[ordinal + 10] - '0', kDevices) << op;
+  EXPECT_NE(op.out.find("placement:  least_outstanding"), std::string::npos)
+      << op;
   const e2e::CommandResult info = cli({"info"});
   ASSERT_EQ(info.exit_code, 0) << info;
   for (int i = 0; i < kDevices; ++i) {

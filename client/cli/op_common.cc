@@ -37,8 +37,16 @@ void PrintReport(const v1::KernelReport& r) {
   std::printf("  selection:  %s%s%s\n", r.selection_source().c_str(),
               r.selection_reason().empty() ? "" : ": ",
               r.selection_reason().c_str());
-  std::printf("  device:     %s (%s)\n", r.device().c_str(),
-              r.backend().c_str());
+  std::printf("  device:     %s (%s), ordinal %d\n", r.device().c_str(),
+              r.backend().c_str(), r.device_ordinal());
+  if (!r.placement().empty()) {
+    std::string placement = r.placement();
+    if (r.staged_bytes() > 0) {
+      absl::StrAppend(&placement, ", ", FormatBytes(r.staged_bytes()),
+                      " staged from other devices");
+    }
+    std::printf("  placement:  %s\n", placement.c_str());
+  }
   std::printf("  kernel:     %.3f us%s\n", r.kernel_seconds() * 1e6,
               r.cold_start() ? " (cold start: includes one-time module "
                                "loading or plan building)"
