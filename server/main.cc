@@ -649,12 +649,17 @@ int Main(int argc, char** argv) {
   }
   // The device-level counters (--profile_sampling=gpm, or sampled's
   // fallback), read on a thread of their own and exported on each scrape.
-  std::shared_ptr<metrics::DeviceActivityPoller> device_activity;
-  if (sampling_start.device_activity != nullptr) {
-    device_activity = std::make_shared<metrics::DeviceActivityPoller>(
-        std::move(sampling_start.device_activity));
-    metrics::AddDeviceActivityMetrics((*server)->registry.get(), device,
-                                      device_activity);
+  std::vector<std::shared_ptr<metrics::DeviceActivityPoller>> device_activity;
+  if (!sampling_start.device_activity.empty()) {
+    std::vector<metrics::PolledDevice> polled;
+    for (size_t i = 0; i < sampling_start.device_activity.size(); ++i) {
+      device_activity.push_back(std::make_shared<metrics::DeviceActivityPoller>(
+          std::move(sampling_start.device_activity[i])));
+      polled.push_back({choice->backend->device_at(static_cast<int>(i)),
+                        device_activity.back()});
+    }
+    metrics::AddDeviceActivityMetrics((*server)->registry.get(),
+                                      std::move(polled));
   }
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
   const std::string metrics_host =
@@ -713,7 +718,7 @@ int Main(int argc, char** argv) {
   (*server)->server->Shutdown(std::chrono::system_clock::now() + grace);
   drain.join();
   // Scrapes keep serving its last reading.
-  if (device_activity != nullptr) device_activity->Stop();
+  for (const auto& poller : device_activity) poller->Stop();
   // Nothing left to flush: the tuning cache is written whole on each tuning
   // and the rest is memory. Ending here keeps teardown (civetweb's stop
   // alone waits out a 2 s poll) out of the exit time.

@@ -25,6 +25,13 @@ absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResidentOn(
   return AllocateResident(bytes);
 }
 
+absl::Status Backend::CheckDeviceIndex(int device) const {
+  if (device >= 0 && device < device_count()) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("device index ", device,
+                                            ": this backend has ",
+                                            device_count(), " device(s)"));
+}
+
 absl::string_view PlacementName(Placement p) {
   switch (p) {
     case Placement::kOnlyDevice:
@@ -150,7 +157,8 @@ absl::Status Backend::ExecuteStacked(const KernelVariant& v,
 constexpr size_t kOwnPagesBytes = size_t{1} << 20;
 
 absl::StatusOr<std::shared_ptr<void>> Backend::OpenIpcMemory(
-    absl::string_view /*handle*/, int64_t* /*allocation_bytes*/) const {
+    absl::string_view /*handle*/, int /*device*/,
+    int64_t* /*allocation_bytes*/) const {
   return absl::UnimplementedError(absl::StrCat(
       "CUDA IPC memory needs the CUDA backend; this server runs the ",
       BackendName(kind()), " backend"));

@@ -187,14 +187,16 @@ class Backend {
   // memory; CUDA: it is device memory).
   virtual bool resident_is_host_addressable() const { return true; }
   // Maps device memory that another process on this host exported with
-  // cudaIpcGetMemHandle (handle: the cudaIpcMemHandle_t's bytes), to be
-  // used like resident memory; the mapping closes when the last reference
-  // goes, which must be before the backend is destroyed.
+  // cudaIpcGetMemHandle (handle: the cudaIpcMemHandle_t's bytes) from
+  // device `device` (an index below device_count()), to be used there like
+  // resident memory; the mapping closes when the last reference goes,
+  // which must be before the backend is destroyed.
   // *allocation_bytes: the exported allocation's size. INVALID_ARGUMENT for
-  // a handle of the wrong size or one that does not open here; the default,
-  // for backends without device memory, is UNIMPLEMENTED.
+  // a handle of the wrong size or one that does not open there,
+  // OUT_OF_RANGE for a device index out of range; the default, for
+  // backends without device memory, is UNIMPLEMENTED.
   virtual absl::StatusOr<std::shared_ptr<void>> OpenIpcMemory(
-      absl::string_view handle, int64_t* allocation_bytes) const;
+      absl::string_view handle, int device, int64_t* allocation_bytes) const;
   // Copies bytes between host memory and [offset, offset + bytes) of a
   // resident allocation of resident_bytes bytes, in any number of calls of
   // any size (PutTensor and GetTensor copy a stream's chunks). OUT_OF_RANGE
@@ -288,18 +290,21 @@ class Backend {
         absl::StrCat("the ", BackendName(kind()),
                      " backend has no device counters to sample"));
   }
-  // A reader of the whole device's SM occupancy and DRAM throughput over
-  // intervals (DeviceActivityReader), from counters that other profilers
-  // do not lock (NVML GPM on the CUDA backend). The default, UNIMPLEMENTED:
-  // no such counters; otherwise an error saying why the device offers none.
+  // A reader of device `device`'s (an index below device_count()) whole
+  // SM occupancy and DRAM throughput over intervals (DeviceActivityReader),
+  // from counters that other profilers do not lock (NVML GPM on the CUDA
+  // backend). The default, UNIMPLEMENTED: no such counters; otherwise an
+  // error saying why the device offers none.
   virtual absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
-  OpenDeviceActivityReader() const {
+  OpenDeviceActivityReader(int /*device*/) const {
     return absl::UnimplementedError(
         absl::StrCat("the ", BackendName(kind()),
                      " backend has no device-level activity counters"));
   }
 
  protected:
+  // OUT_OF_RANGE unless 0 <= device < device_count().
+  absl::Status CheckDeviceIndex(int device) const;
   // The copies, range already checked (dst and src point at the first byte
   // to copy); the defaults are memcpy, for host-addressable resident
   // memory.

@@ -413,22 +413,21 @@ bool DeviceGroup::resident_is_host_addressable() const {
 }
 
 absl::StatusOr<std::shared_ptr<void>> DeviceGroup::OpenIpcMemory(
-    absl::string_view handle, int64_t* allocation_bytes) const {
-  // The handle does not say which device exported it: the first healthy
-  // member that opens it maps it (CUDA opens another device's memory only
-  // through peer access).
-  absl::Status first;
-  for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
-    if (!members_[i]->Health().ok()) continue;
-    absl::StatusOr<std::shared_ptr<void>> mapped =
-        members_[i]->OpenIpcMemory(handle, allocation_bytes);
-    if (mapped.ok()) {
-      return Track(*std::move(mapped), *allocation_bytes, i);
-    }
-    if (first.ok()) first = mapped.status();
-  }
-  if (first.ok()) return Unavailable(-1);
-  return first;
+    absl::string_view handle, int device, int64_t* allocation_bytes) const {
+  COALESCE_RETURN_IF_ERROR(CheckDeviceIndex(device));
+  // Mapped on the device that exported it, so kernels there use it in
+  // place; the region's requests run there.
+  if (!members_[device]->Health().ok()) return Unavailable(device);
+  COALESCE_ASSIGN_OR_RETURN(
+      std::shared_ptr<void> mapped,
+      members_[device]->OpenIpcMemory(handle, 0, allocation_bytes));
+  return Track(std::move(mapped), *allocation_bytes, device);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
+DeviceGroup::OpenDeviceActivityReader(int device) const {
+  COALESCE_RETURN_IF_ERROR(CheckDeviceIndex(device));
+  return members_[device]->OpenDeviceActivityReader(0);
 }
 
 std::unique_ptr<ResidentWriter> DeviceGroup::OpenResidentWriter(

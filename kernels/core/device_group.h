@@ -67,7 +67,10 @@ class DeviceGroup final : public Backend {
       int device, int64_t bytes) override;
   bool resident_is_host_addressable() const override;
   absl::StatusOr<std::shared_ptr<void>> OpenIpcMemory(
-      absl::string_view handle, int64_t* allocation_bytes) const override;
+      absl::string_view handle, int device,
+      int64_t* allocation_bytes) const override;
+  absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
+  OpenDeviceActivityReader(int device) const override;
   std::unique_ptr<ResidentWriter> OpenResidentWriter(
       void* resident, int64_t resident_bytes) override;
   absl::StatusOr<BenchmarkResult> Benchmark(

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/testing/conformance.h"
@@ -55,6 +57,23 @@ class TestDevice final : public Backend {
   absl::Status Health() const override {
     return failed ? absl::InternalError("simulated fault") : absl::OkStatus();
   }
+  // Stands in for a CUDA IPC mapping: resident memory of this device, the
+  // handle's text being its size.
+  absl::StatusOr<std::shared_ptr<void>> OpenIpcMemory(
+      absl::string_view handle, int device,
+      int64_t* allocation_bytes) const override {
+    if (device != 0) return absl::InternalError("a member has one device");
+    ++ipc_opens;
+    *allocation_bytes = static_cast<int64_t>(handle.size());
+    return inner_->AllocateResident(*allocation_bytes);
+  }
+  absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
+  OpenDeviceActivityReader(int device) const override {
+    if (device != 0) return absl::InternalError("a member has one device");
+    ++activity_opens;
+    return absl::UnimplementedError(
+        absl::StrCat("simulated device ", device_.ordinal, ": no counters"));
+  }
 
   std::atomic<bool> failed{false};
   std::atomic<bool> out_of_memory{false};
@@ -62,6 +81,8 @@ class TestDevice final : public Backend {
   std::atomic<int> allocations{0};
   std::atomic<int> held{0};
   absl::Notification* hold = nullptr;
+  mutable std::atomic<int> ipc_opens{0};
+  mutable std::atomic<int> activity_opens{0};
 
  private:
   std::unique_ptr<Backend> inner_;
@@ -336,6 +357,34 @@ TEST(DeviceGroup, AllocatesOnADeviceNamed) {
       g.group->AllocateResidentOn(2, 0);
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(g.group->DeviceOfResident(empty->get()), -1);
+}
+
+// Shared device memory is mapped on the device named, and its requests run
+// there; each device's counters are opened on that device.
+TEST(DeviceGroup, OpensIpcMemoryAndCountersOnTheDeviceNamed) {
+  Group g = MakeGroup(3);
+  int64_t bytes = 0;
+  absl::StatusOr<std::shared_ptr<void>> m =
+      g.group->OpenIpcMemory("sixteen bytes!!!", 2, &bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(bytes, 16);
+  EXPECT_EQ(g.devices[2]->ipc_opens, 1);
+  EXPECT_EQ(g.devices[0]->ipc_opens + g.devices[1]->ipc_opens, 0);
+  EXPECT_EQ(g.group->DeviceOfResident(m->get()), 2);
+  EXPECT_EQ(g.group->OpenIpcMemory("x", 3, &bytes).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(g.group->OpenIpcMemory("x", -1, &bytes).status().code(),
+            absl::StatusCode::kOutOfRange);
+  g.devices[1]->failed = true;
+  EXPECT_EQ(g.group->OpenIpcMemory("x", 1, &bytes).status().code(),
+            absl::StatusCode::kUnavailable);
+
+  const absl::StatusOr<std::unique_ptr<DeviceActivityReader>> reader =
+      g.group->OpenDeviceActivityReader(1);
+  EXPECT_EQ(reader.status().message(), "simulated device 1: no counters");
+  EXPECT_EQ(g.devices[1]->activity_opens, 1);
+  EXPECT_EQ(g.group->OpenDeviceActivityReader(3).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {

@@ -231,7 +231,8 @@ class CudaBackend final : public Backend {
   // NVML GPM of this GPU, found by its UUID; DRAM_BW_UTIL is scaled by the
   // theoretical bandwidth from the device's properties.
   absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
-  OpenDeviceActivityReader() const override {
+  OpenDeviceActivityReader(int device) const override {
+    COALESCE_RETURN_IF_ERROR(CheckDeviceIndex(device));
     COALESCE_ASSIGN_OR_RETURN(
         std::unique_ptr<cuda::GpmReader> reader,
         cuda::GpmReader::Create(device_.uuid, device_.theoretical_bandwidth));
@@ -283,7 +284,9 @@ class CudaBackend final : public Backend {
   bool resident_is_host_addressable() const override { return false; }
 
   absl::StatusOr<std::shared_ptr<void>> OpenIpcMemory(
-      absl::string_view handle, int64_t* allocation_bytes) const override {
+      absl::string_view handle, int device,
+      int64_t* allocation_bytes) const override {
+    COALESCE_RETURN_IF_ERROR(CheckDeviceIndex(device));
     if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "a CUDA IPC memory handle has ", sizeof(cudaIpcMemHandle_t),

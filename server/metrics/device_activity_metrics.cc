@@ -61,9 +61,8 @@ void DeviceActivityPoller::Loop() {
   }
 }
 
-void AddDeviceActivityMetrics(
-    Registry* registry, const DeviceInfo& device,
-    std::shared_ptr<const DeviceActivityPoller> poller) {
+void AddDeviceActivityMetrics(Registry* registry,
+                              std::vector<PolledDevice> devices) {
   Family<Gauge>& occupancy = registry->AddGauge(
       "coalesce_device_sm_occupancy_ratio",
       "The whole device's SM occupancy over the last reading's interval "
@@ -75,25 +74,31 @@ void AddDeviceActivityMetrics(
       "The whole device's DRAM bytes read and written per second over the "
       "last reading's interval (about 1 s): NVML GPM's DRAM bandwidth "
       "utilization times the device's theoretical bandwidth.");
-  Labels labels = DeviceLabels(device);
-  labels.emplace("source", "nvml_gpm");
-  // The series are added with the first reading: before it there is no
-  // value to give.
+  // A device's series are added with its first reading: before it there
+  // is no value to give.
   struct Series {
+    Labels labels;
+    std::shared_ptr<const DeviceActivityPoller> poller;
     Gauge* occupancy = nullptr;
     Gauge* dram = nullptr;
   };
-  registry->AddCollectHook([&occupancy, &dram, labels,
-                            series = std::make_shared<Series>(),
-                            poller = std::move(poller)] {
-    const std::optional<DeviceActivity> a = poller->Latest();
-    if (!a.has_value()) return;
-    if (series->occupancy == nullptr) {
-      series->occupancy = &occupancy.Add(labels);
-      series->dram = &dram.Add(labels);
+  auto all = std::make_shared<std::vector<Series>>();
+  for (PolledDevice& d : devices) {
+    Labels labels = DeviceLabels(d.device);
+    labels.emplace("source", "nvml_gpm");
+    all->push_back({std::move(labels), std::move(d.poller)});
+  }
+  registry->AddCollectHook([&occupancy, &dram, all] {
+    for (Series& s : *all) {
+      const std::optional<DeviceActivity> a = s.poller->Latest();
+      if (!a.has_value()) continue;
+      if (s.occupancy == nullptr) {
+        s.occupancy = &occupancy.Add(s.labels);
+        s.dram = &dram.Add(s.labels);
+      }
+      s.occupancy->Set(a->sm_occupancy);
+      s.dram->Set(a->dram_bytes_per_second);
     }
-    series->occupancy->Set(a->sm_occupancy);
-    series->dram->Set(a->dram_bytes_per_second);
   });
 }
 

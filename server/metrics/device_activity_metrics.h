@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -62,11 +63,16 @@ class DeviceActivityPoller {
   std::thread thread_;
 };
 
+// A device and the poller of its counters.
+struct PolledDevice {
+  DeviceInfo device;
+  std::shared_ptr<const DeviceActivityPoller> poller;
+};
+
 // Registers the two gauge families in registry and a collect hook that sets
-// their series for `device` from poller's latest reading. The hook keeps
-// poller alive.
-void AddDeviceActivityMetrics(
-    Registry* registry, const DeviceInfo& device,
-    std::shared_ptr<const DeviceActivityPoller> poller);
+// each device's series from its poller's latest reading. The hook keeps
+// the pollers alive.
+void AddDeviceActivityMetrics(Registry* registry,
+                              std::vector<PolledDevice> devices);
 
 }  // namespace coalesce::metrics

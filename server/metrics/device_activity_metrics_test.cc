@@ -51,12 +51,13 @@ DeviceActivity Activity(double occupancy, double dram) {
   return a;
 }
 
-DeviceInfo Gpu() {
+DeviceInfo Gpu(int ordinal = 0,
+               std::string uuid = "GPU-0e2a4c6d-1111-2222-3333-444455556666") {
   DeviceInfo d;
   d.backend = BackendKind::kCuda;
   d.name = "NVIDIA H200";
-  d.ordinal = 0;
-  d.uuid = "GPU-0e2a4c6d-1111-2222-3333-444455556666";
+  d.ordinal = ordinal;
+  d.uuid = std::move(uuid);
   return d;
 }
 
@@ -82,7 +83,7 @@ TEST(DeviceActivityMetricsTest, ServesTheLastGoodReading) {
   auto poller = std::make_shared<DeviceActivityPoller>(std::move(reader),
                                                        absl::Milliseconds(5));
   Registry registry;
-  AddDeviceActivityMetrics(&registry, Gpu(), poller);
+  AddDeviceActivityMetrics(&registry, {{Gpu(), poller}});
 
   // Before the first good reading: no series.
   std::string text = registry.Serialize();
@@ -116,6 +117,47 @@ TEST(DeviceActivityMetricsTest, ServesTheLastGoodReading) {
   EXPECT_THAT(registry.Serialize(),
               HasSubstr(std::string("coalesce_device_sm_occupancy_ratio") +
                         kLabels + " 0.25\n"));
+}
+
+// Each device has its own series, from its own poller, added with that
+// device's first reading.
+TEST(DeviceActivityMetricsTest, EachDeviceServesItsOwnReadings) {
+  auto first = std::make_unique<ScriptedReader>();
+  auto second = std::make_unique<ScriptedReader>();
+  ScriptedReader* script0 = first.get();
+  ScriptedReader* script1 = second.get();
+  auto poller0 = std::make_shared<DeviceActivityPoller>(std::move(first),
+                                                        absl::Milliseconds(5));
+  auto poller1 = std::make_shared<DeviceActivityPoller>(std::move(second),
+                                                        absl::Milliseconds(5));
+  Registry registry;
+  AddDeviceActivityMetrics(
+      &registry,
+      {{Gpu(0), poller0},
+       {Gpu(1, "GPU-11111111-2222-3333-4444-555555555555"), poller1}});
+  const std::string labels1 =
+      "{device=\"NVIDIA H200\",gpu=\"1\","
+      "gpu_uuid=\"GPU-11111111-2222-3333-4444-555555555555\","
+      "source=\"nvml_gpm\"}";
+
+  script0->Set(Activity(0.75, 2e12));
+  ASSERT_TRUE(Eventually([&] { return poller0->Latest().has_value(); }));
+  std::string text = registry.Serialize();
+  EXPECT_THAT(text,
+              HasSubstr(std::string("coalesce_device_sm_occupancy_ratio") +
+                        kLabels + " 0.75\n"));
+  EXPECT_THAT(text, Not(HasSubstr("gpu=\"1\"")));
+
+  script1->Set(Activity(0.125, 4e12));
+  ASSERT_TRUE(Eventually([&] { return poller1->Latest().has_value(); }));
+  text = registry.Serialize();
+  EXPECT_THAT(text, HasSubstr("coalesce_device_sm_occupancy_ratio" + labels1 +
+                              " 0.125\n"));
+  EXPECT_THAT(text, HasSubstr("coalesce_device_dram_bytes_per_second" +
+                              labels1 + " 4000000000000\n"));
+  EXPECT_THAT(text,
+              HasSubstr(std::string("coalesce_device_dram_bytes_per_second") +
+                        kLabels + " 2000000000000\n"));
 }
 
 TEST(DeviceActivityPollerTest, StopIsPromptAndFinal) {

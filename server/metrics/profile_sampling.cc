@@ -35,14 +35,23 @@ constexpr char kGpmServes[] =
     "GPM every second (coalesce_device_sm_occupancy_ratio, "
     "coalesce_device_dram_bytes_per_second)";
 
-// Opens the device-level reader into start->device_activity, or says why
-// it cannot.
+// Opens a device-level reader per device into start->device_activity, or
+// says why one cannot be (and opens none).
 absl::Status OpenDeviceActivity(const Backend& backend,
                                 ProfileSamplingStart* start) {
-  absl::StatusOr<std::unique_ptr<DeviceActivityReader>> reader =
-      backend.OpenDeviceActivityReader();
-  if (!reader.ok()) return reader.status();
-  start->device_activity = *std::move(reader);
+  std::vector<std::unique_ptr<DeviceActivityReader>> readers;
+  for (int i = 0; i < backend.device_count(); ++i) {
+    absl::StatusOr<std::unique_ptr<DeviceActivityReader>> reader =
+        backend.OpenDeviceActivityReader(i);
+    if (!reader.ok()) {
+      if (backend.device_count() == 1) return reader.status();
+      return absl::Status(reader.status().code(),
+                          absl::StrCat("device ", backend.device_at(i).ordinal,
+                                       ": ", reader.status().message()));
+    }
+    readers.push_back(*std::move(reader));
+  }
+  start->device_activity = std::move(readers);
   return absl::OkStatus();
 }
 

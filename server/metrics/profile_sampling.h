@@ -23,6 +23,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -48,9 +49,10 @@ absl::Status ValidateProfileSamplingFraction(double fraction);
 struct ProfileSamplingStart {
   // Per-launch sampling (CUPTI) is on.
   bool enabled = false;
-  // Device-level counters to poll (NVML GPM): asked for with gpm, or the
-  // fallback of sampled; null when off or unavailable.
-  std::unique_ptr<DeviceActivityReader> device_activity;
+  // Device-level counters to poll (NVML GPM), one reader per device by
+  // index: asked for with gpm, or the fallback of sampled; empty when off
+  // or unavailable on any device.
+  std::vector<std::unique_ptr<DeviceActivityReader>> device_activity;
   // Something asked for is unavailable or replaced: log as a warning.
   bool degraded = false;
   // What is on, or why it is not: "sampling 1 in N launches ...", or why

@@ -72,15 +72,19 @@ class SamplingBackend final : public Backend {
     ++enable_calls_;
     return answer_;
   }
+  int device_count() const override { return devices_; }
+  const DeviceInfo& device_at(int /*i*/) const override { return device(); }
   absl::StatusOr<std::unique_ptr<DeviceActivityReader>>
-  OpenDeviceActivityReader() const override {
+  OpenDeviceActivityReader(int device) const override {
     ++open_calls_;
-    if (!gpm_.ok()) return gpm_;
+    if (!gpm_.ok() && device == failing_device_) return gpm_;
     return std::unique_ptr<DeviceActivityReader>(new NullReader());
   }
   double fraction_ = 0;
   int enable_calls_ = 0;
   mutable int open_calls_ = 0;
+  int devices_ = 1;
+  int failing_device_ = 0;  // the device whose reader fails (with gpm)
 
  private:
   std::unique_ptr<Backend> cpu_;
@@ -101,7 +105,7 @@ TEST(StartProfileSamplingTest, OffTurnsOnNothing) {
   const ProfileSamplingStart start =
       StartProfileSampling(backend, ProfileSampling::kOff, 0.01);
   EXPECT_FALSE(start.enabled);
-  EXPECT_EQ(start.device_activity, nullptr);
+  EXPECT_TRUE(start.device_activity.empty());
   EXPECT_TRUE(start.message.empty());
   EXPECT_EQ(backend.enable_calls_, 0);
   EXPECT_EQ(backend.open_calls_, 0);
@@ -113,7 +117,7 @@ TEST(StartProfileSamplingTest, SaysOneInN) {
       StartProfileSampling(backend, ProfileSampling::kSampled, 0.01);
   EXPECT_TRUE(start.enabled);
   EXPECT_FALSE(start.degraded);
-  EXPECT_EQ(start.device_activity, nullptr);
+  EXPECT_TRUE(start.device_activity.empty());
   EXPECT_EQ(backend.open_calls_, 0);
   EXPECT_EQ(backend.fraction_, 0.01);
   EXPECT_EQ(start.message,
@@ -128,7 +132,7 @@ TEST(StartProfileSamplingTest, SaysWhyTheBackendCannot) {
   EXPECT_FALSE(start.enabled);
   EXPECT_TRUE(start.degraded);
   // Only a profiler held elsewhere falls back to GPM.
-  EXPECT_EQ(start.device_activity, nullptr);
+  EXPECT_TRUE(start.device_activity.empty());
   EXPECT_EQ(backend.open_calls_, 0);
   EXPECT_THAT(start.message,
               HasSubstr("unavailable (PERMISSION_DENIED: "
@@ -147,7 +151,7 @@ TEST(StartProfileSamplingTest, TheCpuBackendHasNoCounters) {
                         "counters to sample"));
   const ProfileSamplingStart gpm =
       StartProfileSampling(*cpu, ProfileSampling::kGpm, 0.5);
-  EXPECT_EQ(gpm.device_activity, nullptr);
+  EXPECT_TRUE(gpm.device_activity.empty());
   EXPECT_TRUE(gpm.degraded);
   EXPECT_THAT(gpm.message,
               HasSubstr("NVML GPM is unavailable (UNIMPLEMENTED: the cpu "
@@ -160,7 +164,7 @@ TEST(StartProfileSamplingTest, ProfilerHeldElsewhereFallsBackToGpm) {
       StartProfileSampling(backend, ProfileSampling::kSampled, 0.01);
   EXPECT_FALSE(start.enabled);
   EXPECT_TRUE(start.degraded);
-  EXPECT_NE(start.device_activity, nullptr);
+  EXPECT_EQ(start.device_activity.size(), 1u);
   EXPECT_THAT(start.message,
               HasSubstr("CUPTI's profiler is held by another profiler "
                         "(UNAVAILABLE: cuptiRangeProfilerEnable: "
@@ -177,7 +181,7 @@ TEST(StartProfileSamplingTest, FallbackSaysWhenGpmIsUnavailableToo) {
                                                    "NVML GPM"));
   const ProfileSamplingStart start =
       StartProfileSampling(backend, ProfileSampling::kSampled, 0.01);
-  EXPECT_EQ(start.device_activity, nullptr);
+  EXPECT_TRUE(start.device_activity.empty());
   EXPECT_TRUE(start.degraded);
   EXPECT_THAT(start.message, HasSubstr("falling back to NVML GPM: "
                                        "unavailable too (UNIMPLEMENTED: "
@@ -191,8 +195,29 @@ TEST(StartProfileSamplingTest, GpmAsksOnlyForTheDeviceReader) {
   EXPECT_EQ(backend.enable_calls_, 0);
   EXPECT_FALSE(start.enabled);
   EXPECT_FALSE(start.degraded);
-  EXPECT_NE(start.device_activity, nullptr);
+  EXPECT_EQ(start.device_activity.size(), 1u);
   EXPECT_THAT(start.message, HasSubstr("NVML GPM every second"));
+}
+
+// Several devices: a reader each, or none with the failing device named.
+TEST(StartProfileSamplingTest, GpmOpensAReaderPerDevice) {
+  SamplingBackend backend(100);
+  backend.devices_ = 3;
+  const ProfileSamplingStart start =
+      StartProfileSampling(backend, ProfileSampling::kGpm, 0.01);
+  EXPECT_FALSE(start.degraded);
+  EXPECT_EQ(start.device_activity.size(), 3u);
+  EXPECT_EQ(backend.open_calls_, 3);
+
+  SamplingBackend partial(100, absl::PermissionDeniedError("no GPM here"));
+  partial.devices_ = 3;
+  partial.failing_device_ = 1;
+  const ProfileSamplingStart failed =
+      StartProfileSampling(partial, ProfileSampling::kGpm, 0.01);
+  EXPECT_TRUE(failed.degraded);
+  EXPECT_TRUE(failed.device_activity.empty());
+  EXPECT_THAT(failed.message, HasSubstr("PERMISSION_DENIED: device "));
+  EXPECT_THAT(failed.message, HasSubstr(": no GPM here"));
 }
 
 }  // namespace

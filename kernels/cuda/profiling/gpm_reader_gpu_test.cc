@@ -27,7 +27,7 @@ class GpmReaderGpuTest : public CudaBackendTest {
     CudaBackendTest::SetUp();
     if (IsSkipped()) return;
     absl::StatusOr<std::unique_ptr<DeviceActivityReader>> r =
-        backend_->OpenDeviceActivityReader();
+        backend_->OpenDeviceActivityReader(0);
     // No NVML, or a GPU without GPM (before Hopper): nothing to check.
     if (r.status().code() == absl::StatusCode::kUnimplemented ||
         r.status().code() == absl::StatusCode::kPermissionDenied) {

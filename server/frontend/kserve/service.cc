@@ -892,12 +892,12 @@ InferParameter Int64Param(int64_t value) {
   return p;
 }
 
-// Whether backend runs on the device of this ordinal.
-bool Serves(const Backend& backend, int64_t ordinal) {
+// The index of the backend's device of this ordinal; -1 if it has none.
+int DeviceIndexOf(const Backend& backend, int64_t ordinal) {
   for (int i = 0; i < backend.device_count(); ++i) {
-    if (backend.device_at(i).ordinal == ordinal) return true;
+    if (backend.device_at(i).ordinal == ordinal) return i;
   }
-  return false;
+  return -1;
 }
 
 // The KernelReport's figures as response parameters, "report.<field>".
@@ -1726,12 +1726,14 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
   RpcCall call(metrics_, Rpc::kCudaSharedMemoryRegister, *context);
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
+  // The region is mapped on the device that exported it.
+  const int device = DeviceIndexOf(*backend_, request->device_id());
   if (status.ok() && backend_->kind() != BackendKind::kCuda) {
     status = absl::UnimplementedError(absl::StrCat(
         "CUDA shared memory needs the CUDA backend; this server runs the ",
         BackendName(backend_->kind()),
         " backend (use system shared memory, or send the tensors inline)"));
-  } else if (status.ok() && !Serves(*backend_, request->device_id())) {
+  } else if (status.ok() && device < 0) {
     std::vector<int> served;
     for (int i = 0; i < backend_->device_count(); ++i) {
       served.push_back(backend_->device_at(i).ordinal);
@@ -1749,7 +1751,8 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
         [&](int64_t* allocation_bytes)
             -> absl::StatusOr<std::shared_ptr<void>> {
           absl::StatusOr<std::shared_ptr<void>> memory =
-              backend_->OpenIpcMemory(request->raw_handle(), allocation_bytes);
+              backend_->OpenIpcMemory(request->raw_handle(), device,
+                                      allocation_bytes);
           if (memory.ok()) return memory;
           return absl::Status(
               memory.status().code(),
