@@ -6,13 +6,16 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "absl/base/const_init.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -59,6 +62,18 @@ double MeasureCopyBandwidth(int threads) {
   return best;
 }
 
+// MeasureCopyBandwidth once per process and thread count: the simulated
+// devices of one server share the CPU, and each measurement costs about
+// 200 ms of start-up.
+double CopyBandwidth(int threads) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* measured = new std::map<int, double>();  // guarded by mu
+  absl::MutexLock lock(&mu);
+  auto [it, fresh] = measured->try_emplace(threads, 0.0);
+  if (fresh) it->second = MeasureCopyBandwidth(threads);
+  return it->second;
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, int index, bool simulated)
@@ -69,8 +84,7 @@ class CpuBackend final : public Backend {
     // Requests run on gRPC threads; keep one level of parallelism.
     omp_set_max_active_levels(1);
     openblas_set_num_threads(device_.multiprocessors);
-    device_.measured_copy_bandwidth =
-        MeasureCopyBandwidth(device_.multiprocessors);
+    device_.measured_copy_bandwidth = CopyBandwidth(device_.multiprocessors);
     RegisterCpuVariants(registry_);
   }
   BackendKind kind() const override { return BackendKind::kCpu; }
