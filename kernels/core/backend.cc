@@ -18,18 +18,24 @@ namespace coalesce {
 
 absl::StatusOr<std::shared_ptr<void>> Backend::AllocateResidentOn(
     int device, int64_t bytes) {
-  if (device > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device index ", device, ": this backend has one device"));
+  if (device >= 0) {
+    COALESCE_RETURN_IF_ERROR(CheckDeviceIndex(device));
   }
   return AllocateResident(bytes);
 }
 
+int Backend::IndexOfOrdinal(int64_t ordinal) const {
+  for (int i = 0; i < device_count(); ++i) {
+    if (device_at(i).ordinal == ordinal) return i;
+  }
+  return -1;
+}
+
 absl::Status Backend::CheckDeviceIndex(int device) const {
   if (device >= 0 && device < device_count()) return absl::OkStatus();
-  return absl::OutOfRangeError(absl::StrCat("device index ", device,
-                                            ": this backend has ",
-                                            device_count(), " device(s)"));
+  return absl::InvalidArgumentError(absl::StrCat("device index ", device,
+                                                 ": this backend has ",
+                                                 device_count(), " device(s)"));
 }
 
 absl::string_view PlacementName(Placement p) {

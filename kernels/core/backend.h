@@ -192,9 +192,9 @@ class Backend {
   // resident memory; the mapping closes when the last reference goes,
   // which must be before the backend is destroyed.
   // *allocation_bytes: the exported allocation's size. INVALID_ARGUMENT for
-  // a handle of the wrong size or one that does not open there,
-  // OUT_OF_RANGE for a device index out of range; the default, for
-  // backends without device memory, is UNIMPLEMENTED.
+  // a handle of the wrong size, one that does not open there, or a device
+  // index out of range; the default, for backends without device memory,
+  // is UNIMPLEMENTED.
   virtual absl::StatusOr<std::shared_ptr<void>> OpenIpcMemory(
       absl::string_view handle, int device, int64_t* allocation_bytes) const;
   // Copies bytes between host memory and [offset, offset + bytes) of a
@@ -259,11 +259,13 @@ class Backend {
     return ExecuteStacked(v, merged, parts, operands, result);
   }
   // AllocateResident on the device of index `device` (below
-  // device_count()); -1: wherever AllocateResident puts it. The default,
-  // for a backend of one device, refuses an index above 0
-  // (INVALID_ARGUMENT).
+  // device_count(); INVALID_ARGUMENT otherwise); -1: wherever
+  // AllocateResident puts it.
   virtual absl::StatusOr<std::shared_ptr<void>> AllocateResidentOn(
       int device, int64_t bytes);
+  // The index of the device of this ordinal (DeviceInfo::ordinal) among
+  // the ones this backend runs on, or -1 when it runs on none.
+  int IndexOfOrdinal(int64_t ordinal) const;
   // The index of the device holding resident memory p (an address inside
   // an allocation of this backend's), or -1 when none does; 0 on a backend
   // of one device.
@@ -303,7 +305,7 @@ class Backend {
   }
 
  protected:
-  // OUT_OF_RANGE unless 0 <= device < device_count().
+  // INVALID_ARGUMENT unless 0 <= device < device_count().
   absl::Status CheckDeviceIndex(int device) const;
   // The copies, range already checked (dst and src point at the first byte
   // to copy); the defaults are memcpy, for host-addressable resident

@@ -334,10 +334,7 @@ int DeviceGroup::ResidentHome(const Problem& p,
 absl::StatusOr<Placement> DeviceGroup::Chosen(
     int device, absl::Span<const Problem> parts,
     absl::Span<const Operands> operands) const {
-  if (device < 0 || device >= device_count()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device index ", device, ": this server has ", device_count()));
-  }
+  COALESCE_RETURN_IF_ERROR(CheckDeviceIndex(device));
   if (!members_[device]->Health().ok()) return Unavailable(device);
   return ResidentHomeOf(parts, operands) == device
              ? Placement::kResident
@@ -398,10 +395,7 @@ absl::StatusOr<std::shared_ptr<void>> DeviceGroup::AllocateResident(
 absl::StatusOr<std::shared_ptr<void>> DeviceGroup::AllocateResidentOn(
     int device, int64_t bytes) {
   if (device < 0) return AllocateResident(bytes);
-  if (device >= device_count()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device index ", device, ": this server has ", device_count()));
-  }
+  COALESCE_RETURN_IF_ERROR(CheckDeviceIndex(device));
   if (!members_[device]->Health().ok()) return Unavailable(device);
   COALESCE_ASSIGN_OR_RETURN(std::shared_ptr<void> inner,
                             members_[device]->AllocateResident(bytes));

@@ -372,9 +372,9 @@ TEST(DeviceGroup, OpensIpcMemoryAndCountersOnTheDeviceNamed) {
   EXPECT_EQ(g.devices[0]->ipc_opens + g.devices[1]->ipc_opens, 0);
   EXPECT_EQ(g.group->DeviceOfResident(m->get()), 2);
   EXPECT_EQ(g.group->OpenIpcMemory("x", 3, &bytes).status().code(),
-            absl::StatusCode::kOutOfRange);
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(g.group->OpenIpcMemory("x", -1, &bytes).status().code(),
-            absl::StatusCode::kOutOfRange);
+            absl::StatusCode::kInvalidArgument);
   g.devices[1]->failed = true;
   EXPECT_EQ(g.group->OpenIpcMemory("x", 1, &bytes).status().code(),
             absl::StatusCode::kUnavailable);
@@ -384,7 +384,7 @@ TEST(DeviceGroup, OpensIpcMemoryAndCountersOnTheDeviceNamed) {
   EXPECT_EQ(reader.status().message(), "simulated device 1: no counters");
   EXPECT_EQ(g.devices[1]->activity_opens, 1);
   EXPECT_EQ(g.group->OpenDeviceActivityReader(3).status().code(),
-            absl::StatusCode::kOutOfRange);
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {

@@ -892,14 +892,6 @@ InferParameter Int64Param(int64_t value) {
   return p;
 }
 
-// The index of the backend's device of this ordinal; -1 if it has none.
-int DeviceIndexOf(const Backend& backend, int64_t ordinal) {
-  for (int i = 0; i < backend.device_count(); ++i) {
-    if (backend.device_at(i).ordinal == ordinal) return i;
-  }
-  return -1;
-}
-
 // The KernelReport's figures as response parameters, "report.<field>".
 void ReportAsParameters(const v1::KernelReport& report,
                         ModelInferResponse* response) {
@@ -1727,7 +1719,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
   const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
   absl::Status status = caller.status();
   // The region is mapped on the device that exported it.
-  const int device = DeviceIndexOf(*backend_, request->device_id());
+  const int device = backend_->IndexOfOrdinal(request->device_id());
   if (status.ok() && backend_->kind() != BackendKind::kCuda) {
     status = absl::UnimplementedError(absl::StrCat(
         "CUDA shared memory needs the CUDA backend; this server runs the ",

@@ -167,9 +167,10 @@ TensorListing ListingOf(const Backend& backend, const StoredTensor& t) {
 // naming field and the ordinals served.
 absl::StatusOr<int> DeviceIndexOf(const Backend& backend, int64_t ordinal,
                                   absl::string_view field) {
+  const int index = backend.IndexOfOrdinal(ordinal);
+  if (index >= 0) return index;
   std::vector<int> served;
   for (int i = 0; i < backend.device_count(); ++i) {
-    if (backend.device_at(i).ordinal == ordinal) return i;
     served.push_back(backend.device_at(i).ordinal);
   }
   return absl::InvalidArgumentError(absl::StrCat(
