@@ -36,8 +36,12 @@ struct DeviceInfo {
   int64_t shared_memory_per_block_optin_bytes = 0;
   double theoretical_bandwidth = 0;    // bytes/s, from clock and bus width
   double measured_copy_bandwidth = 0;  // bytes/s, read + write, timed
-  double peak_fp32_flops = 0;          // FLOP/s estimate for roofline
-  double peak_tensor_flops = 0;        // 16-bit tensor-core FLOP/s estimate
+  // CUDA: what the pair of events around a request's launches adds to their
+  // span, in seconds, measured at start-up (MeasureEventOverhead); 0 on the
+  // CPU. The device busy ratio subtracts it once per launch.
+  double event_overhead_seconds = 0;
+  double peak_fp32_flops = 0;    // FLOP/s estimate for roofline
+  double peak_tensor_flops = 0;  // 16-bit tensor-core FLOP/s estimate
 };
 
 }  // namespace coalesce

@@ -198,7 +198,13 @@ class CudaBackend final : public Backend {
     COALESCE_ASSIGN_OR_RETURN(
         device_.measured_copy_bandwidth,
         cuda::MeasureCopyPeak(device_, lanes_.first_stream()));
-    return absl::OkStatus();
+    return lanes_.OnLane([&](Lane& l) -> absl::Status {
+      COALESCE_ASSIGN_OR_RETURN(
+          device_.event_overhead_seconds,
+          cuda::MeasureEventOverhead(*l.gate, l.stream, l.kernel_start,
+                                     l.kernel_stop));
+      return absl::OkStatus();
+    });
   }
 
   BackendKind kind() const override { return BackendKind::kCuda; }

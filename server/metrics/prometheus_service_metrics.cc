@@ -184,9 +184,14 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   // ---- How busy each device is.
   Family<Counter>& kernel_total = registry->AddCounter(
       "coalesce_device_kernel_seconds_total",
-      "Kernel time of every warm run on the device, in seconds; its rate is "
-      "the fraction of the time the device ran kernels (above 1 when runs "
+      "Kernel time of every warm run on the device, in seconds, less "
+      "coalesce_device_event_overhead_seconds per launch; its rate is the "
+      "fraction of the time the device ran kernels (above 1 when runs "
       "overlap).");
+  Family<Gauge>& overhead_family = registry->AddGauge(
+      "coalesce_device_event_overhead_seconds",
+      "What the CUDA events that time a launch add to its span, measured at "
+      "start-up (0 on the CPU backend).");
   Family<Gauge>& busy_family = registry->AddGauge(
       "coalesce_device_busy_ratio",
       "Kernel time over wall time since the previous scrape (rate of "
@@ -195,6 +200,9 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
     const Labels labels = DeviceLabels(backend.device_at(i));
     Counter* kernel = &kernel_total.Add(labels);
     device_kernel_seconds_.push_back(kernel);
+    const double overhead = backend.device_at(i).event_overhead_seconds;
+    device_event_overhead_.push_back(overhead);
+    overhead_family.Add(labels).Set(overhead);
     Gauge& busy = busy_family.Add(labels);
     registry->AddCollectHook(
         [&busy, kernel,
@@ -540,8 +548,11 @@ void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
   const int op = static_cast<int>(kernel.op);
   const size_t device = static_cast<size_t>(kernel.run.device);
   if (device < device_kernel_seconds_.size()) {
+    // A sampled launch's time is the kernels' own (CUPTI), with no events.
+    const double overhead =
+        kernel.run.sampled ? 0.0 : device_event_overhead_[device];
     device_kernel_seconds_[device]->Increment(
-        NonNegative(kernel.run.kernel_seconds));
+        NonNegative(kernel.run.kernel_seconds - overhead));
   }
   h2d_seconds_[op]->Observe(NonNegative(kernel.run.h2d_seconds));
   d2h_seconds_[op]->Observe(NonNegative(kernel.run.d2h_seconds));

@@ -116,6 +116,8 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   // Per kernel RPC (indexed by OpKind).
   std::array<Gauge*, kNumKernelRpcs> queued_{};
   std::vector<Counter*> device_kernel_seconds_;  // by device index
+  // DeviceInfo::event_overhead_seconds, by device index.
+  std::vector<double> device_event_overhead_;
   std::array<Histogram*, kNumKernelRpcs> queue_seconds_{};
   std::array<Histogram*, kNumKernelRpcs> batch_size_{};
   std::array<Histogram*, kNumKernelRpcs> h2d_seconds_{};

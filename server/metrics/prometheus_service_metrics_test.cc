@@ -91,9 +91,12 @@ class LaunchingBackend final : public Backend {
   static constexpr double kWaves = 2.5;
   static constexpr double kH2d = 0.001;
   static constexpr double kD2h = 0.002;
+  static constexpr double kKernel = 0.004;
+  static constexpr double kEventOverhead = 0.001;
 
   LaunchingBackend() : cpu_(CreateCpuBackend(2)), device_(cpu_->device()) {
     device_.measured_copy_bandwidth = kCopyPeak;
+    device_.event_overhead_seconds = kEventOverhead;
   }
   BackendKind kind() const override { return cpu_->kind(); }
   const DeviceInfo& device() const override { return device_; }
@@ -102,6 +105,7 @@ class LaunchingBackend final : public Backend {
                        const Operands& host, RunResult* result) override {
     const absl::Status status = cpu_->Execute(v, p, host, result);
     result->h2d_seconds = kH2d;
+    result->kernel_seconds = kKernel;
     result->d2h_seconds = kD2h;
     result->launch.launches = 1;
     result->launch.theoretical_occupancy = kOccupancy;
@@ -470,6 +474,37 @@ TEST_F(ServiceMetricsTest, LaunchFiguresAndCopyPeakWhenTheBackendHasThem) {
                       {"gpu", ""},
                       {"gpu_uuid", ""}})),
             LaunchingBackend::kCopyPeak);
+}
+
+// The busy counter takes the events' own cost off each event-timed launch;
+// a sampled launch's time is the kernels' own and counts whole.
+TEST_F(ServiceMetricsTest, DeviceKernelTimeLessTheEventOverhead) {
+  auto backend = std::make_unique<LaunchingBackend>();
+  LaunchingBackend* launching = backend.get();
+  Start(std::move(backend));
+  const Labels device = {
+      {"device", backend_->device().name}, {"gpu", ""}, {"gpu_uuid", ""}};
+  grpc::ClientContext context;
+  v1::TransposeResponse response;
+  ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
+  std::map<std::string, double> s = Scrape();
+  EXPECT_EQ(s.at(Key("coalesce_device_event_overhead_seconds", device)),
+            LaunchingBackend::kEventOverhead);
+  EXPECT_DOUBLE_EQ(
+      s.at(Key("coalesce_device_kernel_seconds_total", device)),
+      LaunchingBackend::kKernel - LaunchingBackend::kEventOverhead);
+  const Labels kernel = KernelOf("transpose", response.report().variant());
+  EXPECT_DOUBLE_EQ(s.at(Key("coalesce_kernel_seconds_sum", kernel)),
+                   LaunchingBackend::kKernel);
+
+  launching->Sample();
+  grpc::ClientContext sampled_context;
+  ASSERT_TRUE(
+      stub_->Transpose(&sampled_context, Transpose(128, 64), &response).ok());
+  s = Scrape();
+  EXPECT_DOUBLE_EQ(
+      s.at(Key("coalesce_device_kernel_seconds_total", device)),
+      2 * LaunchingBackend::kKernel - LaunchingBackend::kEventOverhead);
 }
 
 TEST_F(ServiceMetricsTest, SampledCountersOfSampledRequestsOnly) {
