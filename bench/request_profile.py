@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Where a request's time goes, and how busy the GPU really was.
 
-  request_profile.py stages METRICS [--op=transpose]
+  request_profile.py stages METRICS [--op=transpose] [--since=METRICS0]
       Mean seconds per request of each stage the server exports (handler,
       queue, host-to-device, kernel, device-to-host), from one /metrics
-      text scraped after a load against a fresh server.
+      text scraped after a load against a fresh server, or from the
+      difference of two scrapes (--since: the one before the load). A
+      KServe ModelInfer that runs an op counts under the op.
 
   request_profile.py busy GPU_TRACE_CSV --window=SECONDS [--server_busy=R]
       From an Nsight Systems cuda_gpu_trace report (CSV): over the last
@@ -37,10 +39,13 @@ def parse_metrics(text):
 
 def stages(args):
     samples = parse_metrics(open(args.metrics).read())
+    before = parse_metrics(open(args.since).read()) if args.since else []
 
     def total(name, **want):
-        return sum(v for n, l, v in samples
-                   if n == name and all(l.get(k) == w for k, w in want.items()))
+        def of(rows):
+            return sum(v for n, l, v in rows if n == name and
+                       all(l.get(k) == w for k, w in want.items()))
+        return of(samples) - of(before)
 
     requests = total('coalesce_request_duration_seconds_count', op=args.op)
     if requests == 0:
@@ -115,6 +120,7 @@ def main():
     s = sub.add_parser('stages')
     s.add_argument('metrics')
     s.add_argument('--op', default='transpose')
+    s.add_argument('--since')
     b = sub.add_parser('busy')
     b.add_argument('csv')
     b.add_argument('--window', type=float, required=True)

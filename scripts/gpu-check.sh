@@ -84,7 +84,9 @@
 #             side is compared), KSERVE_CASES: MODEL-BYTES names to run
 #             (e.g. "gemm-65536 transpose-16777216"; default all); the
 #             server queues up to 8 GiB (64 requests of 32 MiB);
-#             bench/kserve_compare.py tables them: kserve.md
+#             bench/kserve_compare.py tables them: kserve.md; the
+#             server's stage means for each side of each case (from its
+#             /metrics before and after): kserve-stages.txt
 #   tune      the selection quality sweep, held out: a server on this GPU
 #             (autotuning off), `coalesce tune` over TUNE_SHAPES (default
 #             200) random shapes per op, shape class and dtype: heuristic
@@ -575,6 +577,8 @@ if has busy; then
       --bytes="$bytes" --concurrency="$conc" --duration_s=3 --warmup_s=0.5 \
       ${shape:+--shape=$shape} --json="$out/busy-$name.json" 2>/dev/null |
       tee "$out/busy-$name.txt" || status=1
+    scrape | grep '^coalesce_device_event_overhead_seconds' |
+      tee -a "$out/busy-$name.txt"
     kill "$smi_pid"
     stop_profiled
     # The samples while kernels ran (the bench's warm-up and phase).
@@ -627,11 +631,13 @@ if has kserve; then
           r=; [ "$round" = 1 ] || r=-$round
           extra=()
           [ "$op" = echo ] || extra=(--shape="$shape" --all_operands)
+          scrape >"$out/m0.txt"
           "$bin/coalesce-bench" service --server="127.0.0.1:$port" --op="$op" \
             --transport=inline --bytes="$bytes" --concurrency="$conc" \
             --duration_s="$duration" --warmup_s=0.5 "${extra[@]}" \
             --json="$out/$name-native$r.json" >/dev/null \
             2>>"$out/kserve.log" || status=1
+          scrape >"$out/m1.txt"
           # shellcheck disable=SC2046  # the flags are words
           LD_LIBRARY_PATH=$PWD/gpu-bundle/perf_analyzer/lib:$LD_LIBRARY_PATH \
             "$pa" -m "$model" -i grpc -u "127.0.0.1:$port" \
@@ -640,6 +646,16 @@ if has kserve; then
             --stability-percentage 999 -f "$out/$name-v2$r.csv" \
             >"$out/$name-v2$r.txt" 2>&1 ||
             { status=1; tail -5 "$out/$name-v2$r.txt"; }
+          scrape >"$out/m2.txt"
+          # Each side's stage means, from the server's own histograms.
+          if [ "$op" != echo ]; then
+            for side in native:m0:m1 v2:m1:m2; do
+              IFS=: read -r label from to <<<"$side"
+              echo "$name$r $label:"
+              python3 bench/request_profile.py stages "$out/$to.txt" \
+                --since="$out/$from.txt" --op="$model" 2>&1
+            done >>"$out/kserve-stages.txt"
+          fi
         done
         echo "-- $model $bytes B x$conc done"
       done
@@ -667,6 +683,7 @@ EOF
     kill "$server_pid"
     wait "$server_pid" 2>/dev/null
     server_flags=() server_suffix=
+    rm -f "$out/m0.txt" "$out/m1.txt" "$out/m2.txt"
     python3 bench/kserve_compare.py "$out" | tee "$out/kserve.md"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   fi
