@@ -73,6 +73,9 @@
 #             nsys' kernel sum and union over the same length
 #             (bench/request_profile.py busy; skipped without nsys) and
 #             nvidia-smi's utilization sampled every 100 ms; busy-*.txt
+#             (the Nsight Systems reports of busy and latency are deleted
+#             once read, their traces kept as CSV; KEEP_NSYS_REP=1 keeps
+#             them)
 #   kserve    the KServe v2 path against the native one, one server: each
 #             model (identity, transpose, convert_layout, gelu_layer_norm,
 #             gemm) at 64 KiB and 16 MiB per input, concurrency 1 and 64
@@ -558,6 +561,7 @@ if has latency; then
       -o "$out/latency-nsys" "$out/latency-nsys.nsys-rep" >/dev/null 2>&1
     gzip -f "$out"/latency-nsys_cuda_api_trace.csv 2>/dev/null
     rm -f "$out/latency-nsys.sqlite"
+    [ -n "${KEEP_NSYS_REP:-}" ] || rm -f "$out/latency-nsys.nsys-rep"
   fi
 fi
 if has busy; then
@@ -601,6 +605,9 @@ print(rows[-1]["seconds"], rows[-1]["server_busy"])' "$out/busy-$name.json")
       tee -a "$out/busy-$name.txt"
     gzip -f "$out/busy-${name}_cuda_gpu_trace.csv"
     rm -f "$out/busy-$name.sqlite"
+    # The gzipped trace keeps what the comparison used; a report is tens
+    # of MB, too many to bring back from the machine.
+    [ -n "${KEEP_NSYS_REP:-}" ] || rm -f "$out/busy-$name.nsys-rep"
   done <<EOF
 t16m handle 16777216 64
 t64k pipeline 65536 64
