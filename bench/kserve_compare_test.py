@@ -47,9 +47,9 @@ class KserveCompareTest(unittest.TestCase):
         self.assertEqual(code, 0)
         lines = [l for l in text.splitlines() if l.startswith("| ")]
         self.assertIn("| identity | 64 KiB | 1 | 9000 (100) | 9450 (250) | "
-                      "1.050x |", lines)
+                      "1.050x | - |", lines)
         self.assertIn("| transpose | 64 KiB | 1 | 4000 (200) | 3900 (250) | "
-                      "0.975x |", lines)
+                      "0.975x | - |", lines)
         self.assertIn("0.800x", text)
         self.assertIn("below 0.95x: transpose 16 MiB x64", text)
         # identity first, then transpose by size.
@@ -62,14 +62,38 @@ class KserveCompareTest(unittest.TestCase):
             code, text = run(d)
         self.assertEqual(code, 0)
         self.assertIn("| gemm | 64 KiB | 1 | 4000 (200) | 3900 (250) | "
-                      "0.975x |", text)
+                      "0.975x | - |", text)
+
+    def test_same_client_kserve_rows(self):
+        # coalesce-bench's own v2 run (--protocol=kserve: native Echo, the
+        # identity model, the op): its best round over the native side's.
+        with tempfile.TemporaryDirectory() as d:
+            base = os.path.join(d, "kserve-gemm-65536-1")
+            for rnd, nat, same in (("", 4000.0, 3600.0), ("-2", 3000.0, 3800.0)):
+                write_case(d, "gemm", 65536, 1, nat, 3900.0, round=rnd)
+                rows = [
+                    {"op": "echo", "protocol": "native",
+                     "requests_per_second": 9000.0,
+                     "latency_ms": {"p50": 0.1}, "errors": 0},
+                    {"op": "echo", "protocol": "kserve",
+                     "requests_per_second": 8000.0,
+                     "latency_ms": {"p50": 0.1}, "errors": 0},
+                    {"op": "gemm", "protocol": "kserve",
+                     "requests_per_second": same,
+                     "latency_ms": {"p50": 0.3}, "errors": 0}]
+                with open(base + f"-benchv2{rnd}.json", "w") as f:
+                    json.dump({"results": rows}, f)
+            code, text = run(d)
+        self.assertEqual(code, 0)
+        self.assertIn("| gemm | 64 KiB | 1 | 4000 (200) | 3900 (250) | "
+                      "0.975x | 0.950x (3800) |", text)
 
     def test_missing_perf_analyzer_file_fails(self):
         with tempfile.TemporaryDirectory() as d:
             write_case(d, "gemm", 65536, 64, 4000.0, 0, v2=False)
             code, text = run(d)
         self.assertEqual(code, 1)
-        self.assertIn("| gemm | 64 KiB | 64 | 4000 (200) | - | - |", text)
+        self.assertIn("| gemm | 64 KiB | 64 | 4000 (200) | - | - | - |", text)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 //       [--transport=inline,handle,pipeline,shm] [--bytes=65536,67108864]
 //       [--concurrency=16,2] [--shape=R,C] [--duration_s=5 | --count=N]
 //       [--warmup_s=0.5] [--metrics=HOST:PORT] [--json=FILE]
+//       [--protocol=native,kserve]
 //
 // For every (bytes, concurrency) case (the lists pair up position by
 // position when both have several entries, otherwise one is repeated), it
@@ -21,6 +22,13 @@
 // it through OutputSpec.handle: a closed loop with no housekeeping) and shm
 // (a POSIX shared-memory region per worker, registered with the server,
 // holds the input and receives the output).
+//
+// Protocols: native (coalesce.v1) and kserve (KServe v2 ModelInfer on the
+// same port, inline only; Echo's counterpart is the identity model): each
+// op and transport runs once per protocol, by the same client code, so the
+// two protocols' figures differ by the protocol alone. A kserve request
+// carries the inputs as raw_input_contents and names its outputs as
+// perf_analyzer does (GELU-LN's y and h with --all_operands).
 //
 // Figures: requests/s, GB/s (input + output tensor bytes per request, the
 // payload twice for Echo), latency p50/p90/p99/max of the timed requests,
@@ -74,6 +82,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "grpcpp/grpcpp.h"
+#include "inference/grpc_service.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "localhost:50051",
           "service mode: the coalesce-server to drive");
@@ -106,6 +116,10 @@ ABSL_FLAG(std::string, metrics, "",
           "service mode: the server's Prometheus endpoint HOST:PORT, scraped "
           "around each timed phase for server busy and mean batch; empty: "
           "off");
+ABSL_FLAG(std::string, protocol, "native",
+          "service mode: comma-separated protocols (native: coalesce.v1; "
+          "kserve: KServe v2 ModelInfer, inline only, Echo's phase is the "
+          "identity model's)");
 ABSL_FLAG(double, ready_timeout_s, 60,
           "service mode: how long to wait for the server to serve");
 ABSL_DECLARE_FLAG(std::string, json);
@@ -188,7 +202,14 @@ struct Phase {
   std::string transport;
   int64_t tensor_bytes = 0;
   int concurrency = 1;
+  std::string protocol = "native";
 };
+
+// The transport column: "inline", or "inline-v2" for a KServe v2 phase.
+std::string TransportLabel(const Phase& p) {
+  return p.protocol == "kserve" ? absl::StrCat(p.transport, "-v2")
+                                : p.transport;
+}
 
 struct PhaseResult {
   Phase phase;
@@ -367,9 +388,140 @@ void SetRequests(const RequestChecks& k, std::shared_ptr<Request> request,
   };
 }
 
+// Worker w of a --protocol=kserve phase: a connection of its own, one
+// ModelInferRequest of the op's model with every input inline, and the
+// request closure, which checks that every output asked for came back.
+absl::StatusOr<Worker> MakeKserveWorker(const Phase& p, int w) {
+  if (p.transport != "inline") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--protocol=kserve runs over the inline transport only, not ",
+        p.transport));
+  }
+  absl::StatusOr<std::vector<int64_t>> shape = ShapeFor(p.op, p.tensor_bytes);
+  if (!shape.ok()) return shape.status();
+  const bool all_operands = absl::GetFlag(FLAGS_all_operands);
+  auto request = std::make_shared<inference::ModelInferRequest>();
+  auto add_input = [&](const std::string& name,
+                       const std::vector<int64_t>& dims, uint64_t seed) {
+    inference::ModelInferRequest::InferInputTensor* in = request->add_inputs();
+    in->set_name(name);
+    in->set_datatype("FP32");
+    int64_t bytes = 4;
+    for (int64_t d : dims) {
+      in->add_shape(d);
+      bytes *= d;
+    }
+    request->add_raw_input_contents(RandomBytes(bytes, seed));
+  };
+  std::vector<std::string> outputs;
+  if (p.op == "echo") {
+    request->set_model_name("identity");
+    add_input("INPUT0", *shape, 1000 + w);
+    outputs = {"OUTPUT0"};
+  } else if (p.op == "transpose") {
+    request->set_model_name("transpose");
+    add_input("INPUT0", *shape, 1000 + w);
+    outputs = {"OUTPUT0"};
+  } else if (p.op == "convert-layout") {
+    if (shape->size() != 4) {
+      return absl::InvalidArgumentError(
+          "--op=convert-layout needs a rank-4 (NCHW) --shape");
+    }
+    request->set_model_name("convert_layout");
+    add_input("INPUT0", *shape, 1000 + w);
+    (*request->mutable_parameters())["layout_from"].set_string_param("NCHW");
+    (*request->mutable_parameters())["layout_to"].set_string_param("NHWC");
+    outputs = {"OUTPUT0"};
+  } else if (p.op == "gelu-ln") {
+    request->set_model_name("gelu_layer_norm");
+    const int64_t hidden = shape->back();
+    add_input("x", *shape, 1000 + w);
+    outputs = {"y"};
+    if (all_operands) {
+      add_input("bias", {hidden}, 3000 + w);
+      add_input("residual", *shape, 4000 + w);
+      add_input("gamma", {hidden}, 5000 + w);
+      add_input("beta", {hidden}, 6000 + w);
+      outputs.push_back("h");
+    }
+  } else if (p.op == "gemm") {
+    if (shape->size() != 2) {
+      return absl::InvalidArgumentError("--op=gemm needs a rank-2 --shape");
+    }
+    request->set_model_name("gemm");
+    const int64_t rows = (*shape)[0], cols = (*shape)[1];
+    add_input("a", *shape, 1000 + w);
+    add_input("b", {cols, rows}, 3000 + w);
+    if (all_operands) add_input("c", {rows, rows}, 4000 + w);
+    outputs = {"d"};
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--op: unknown '", p.op,
+                     "' (transpose, gelu-ln, gemm, convert-layout or echo)"));
+  }
+  for (const std::string& name : outputs)
+    request->add_outputs()->set_name(name);
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // A connection of this worker's own, as the native workers have.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::shared_ptr<inference::GRPCInferenceService::Stub> stub =
+      inference::GRPCInferenceService::NewStub(
+          grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server),
+                                    grpc::InsecureChannelCredentials(), args));
+  const std::string client_id =
+      absl::StrCat("coalesce-bench-", getpid(), "-", w);
+  auto call = [stub, client_id, n = outputs.size()](
+                  const inference::ModelInferRequest& r,
+                  inference::ModelInferResponse* response) -> absl::Status {
+    grpc::ClientContext context;
+    context.AddMetadata("x-coalesce-client", client_id);
+    const grpc::Status s = stub->ModelInfer(&context, r, response);
+    if (!s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          s.error_message());
+    }
+    if (static_cast<size_t>(response->raw_output_contents_size()) != n) {
+      return absl::InternalError(absl::StrCat(
+          "ModelInfer answered ", response->raw_output_contents_size(),
+          " raw outputs for ", n, " asked"));
+    }
+    return absl::OkStatus();
+  };
+  Worker worker;
+  worker.request = [call, request] {
+    inference::ModelInferResponse response;
+    return call(*request, &response);
+  };
+  if (p.op != "echo") {
+    auto probe = std::make_shared<inference::ModelInferRequest>(*request);
+    (*probe->mutable_parameters())["report"].set_bool_param(true);
+    worker.probe = [call, probe]() -> absl::StatusOr<v1::KernelReport> {
+      inference::ModelInferResponse response;
+      const absl::Status s = call(*probe, &response);
+      if (!s.ok()) return s;
+      const auto it = response.parameters().find("report.kernel_seconds");
+      if (it == response.parameters().end()) {
+        return absl::InternalError("the response has no report.kernel_seconds");
+      }
+      v1::KernelReport report;
+      report.set_kernel_seconds(it->second.double_param());
+      return report;
+    };
+  }
+  return worker;
+}
+
 // Makes worker w of phase p: its connection, its input placed per the
 // transport, and the request closure.
 absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
+  if (p.protocol == "kserve") return MakeKserveWorker(p, w);
+  if (p.protocol != "native") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--protocol: unknown '", p.protocol, "' (native or kserve)"));
+  }
   ClientOptions options;
   options.server = absl::GetFlag(FLAGS_server);
   if (p.transport == "shm" && !absl::GetFlag(FLAGS_shm_server).empty()) {
@@ -745,7 +897,7 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
     });
   }
   const std::string label =
-      absl::StrFormat("%s %s %s x%d", p.op, p.transport,
+      absl::StrFormat("%s %s %s x%d", p.op, TransportLabel(p),
                       SizeLabel(p.tensor_bytes), p.concurrency);
   std::this_thread::sleep_for(
       std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup_s)));
@@ -846,7 +998,8 @@ std::string JsonNumber(std::optional<double> v) {
 
 std::string ToJson(const PhaseResult& r) {
   return absl::StrFormat(
-      "{\"op\":\"%s\",\"transport\":\"%s\",\"tensor_bytes\":%d,"
+      "{\"op\":\"%s\",\"transport\":\"%s\",\"protocol\":\"%s\","
+      "\"tensor_bytes\":%d,"
       "\"concurrency\":%d,\"requests\":%d,\"errors\":%d,\"seconds\":%.3f,"
       "\"requests_per_second\":%.2f,\"GBps\":%.4f,"
       "\"latency_ms\":{\"p50\":%.4f,\"p90\":%.4f,\"p99\":%.4f,\"max\":%.4f},"
@@ -854,13 +1007,13 @@ std::string ToJson(const PhaseResult& r) {
       "\"kernel_seconds\":%s,\"bound_rps\":%s,\"busy\":%s,"
       "\"echo_rps\":%s,\"echo_p50_ms\":%s,\"server_busy\":%s,"
       "\"mean_batch\":%s,\"first_error\":\"%s\"}",
-      r.phase.op, r.phase.transport, r.phase.tensor_bytes, r.phase.concurrency,
-      r.requests, r.errors, r.seconds, r.requests_per_second, r.gbps, r.p50_ms,
-      r.p90_ms, r.p99_ms, r.max_ms, r.rps_vs_echo, r.gbps_vs_echo,
-      JsonNumber(r.kernel_seconds), JsonNumber(BoundRps(r)),
-      JsonNumber(Busy(r)), JsonNumber(r.echo_rps), JsonNumber(r.echo_p50_ms),
-      JsonNumber(r.server_busy), JsonNumber(r.mean_batch),
-      JsonEscape(r.first_error));
+      r.phase.op, r.phase.transport, r.phase.protocol, r.phase.tensor_bytes,
+      r.phase.concurrency, r.requests, r.errors, r.seconds,
+      r.requests_per_second, r.gbps, r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms,
+      r.rps_vs_echo, r.gbps_vs_echo, JsonNumber(r.kernel_seconds),
+      JsonNumber(BoundRps(r)), JsonNumber(Busy(r)), JsonNumber(r.echo_rps),
+      JsonNumber(r.echo_p50_ms), JsonNumber(r.server_busy),
+      JsonNumber(r.mean_batch), JsonEscape(r.first_error));
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag,
@@ -941,6 +1094,19 @@ int RunServiceBench() {
       absl::StrSplit(absl::GetFlag(FLAGS_op), ',', absl::SkipEmpty());
   const std::vector<std::string> transports =
       absl::StrSplit(absl::GetFlag(FLAGS_transport), ',', absl::SkipEmpty());
+  const std::vector<std::string> protocols =
+      absl::StrSplit(absl::GetFlag(FLAGS_protocol), ',', absl::SkipEmpty());
+  for (const std::string& protocol : protocols) {
+    if (protocol != "native" && protocol != "kserve") {
+      std::fprintf(stderr, "error: --protocol: unknown '%s' (native, kserve)\n",
+                   protocol.c_str());
+      return 2;
+    }
+  }
+  if (protocols.empty()) {
+    std::fprintf(stderr, "error: --protocol names no protocol\n");
+    return 2;
+  }
 
   if (!WaitUntilServing()) return 1;
   std::vector<PhaseResult> results;
@@ -950,11 +1116,19 @@ int RunServiceBench() {
     const int64_t bytes = (*sizes)[std::min(i, sizes->size() - 1)];
     const int concurrency = static_cast<int>(
         (*concurrencies)[std::min(i, concurrencies->size() - 1)]);
+    // Native Echo first: the floor of every ratio of the case.
     std::vector<Phase> phases = {{"echo", "inline", bytes, concurrency}};
+    for (const std::string& protocol : protocols) {
+      if (protocol != "native") {
+        phases.push_back({"echo", "inline", bytes, concurrency, protocol});
+      }
+    }
     for (const std::string& op : ops) {
       if (op == "echo") continue;
       for (const std::string& transport : transports) {
-        phases.push_back({op, transport, bytes, concurrency});
+        for (const std::string& protocol : protocols) {
+          phases.push_back({op, transport, bytes, concurrency, protocol});
+        }
       }
     }
     // The Echo phase of this case: the floor of its ratios.
@@ -973,9 +1147,10 @@ int RunServiceBench() {
                      phase.op.c_str(), phase.transport.c_str(),
                      static_cast<long long>(r->errors), r->first_error.c_str());
       }
-      if (phase.op == "echo") echo = results.size();
-      if (echo < results.size() || phase.op == "echo") {
-        const PhaseResult& e = phase.op == "echo" ? *r : results[echo];
+      const bool floor = phase.op == "echo" && phase.protocol == "native";
+      if (floor) echo = results.size();
+      if (echo < results.size() || floor) {
+        const PhaseResult& e = floor ? *r : results[echo];
         if (e.requests_per_second > 0) {
           r->rps_vs_echo = r->requests_per_second / e.requests_per_second;
           r->gbps_vs_echo = r->gbps / e.gbps;
@@ -1001,7 +1176,7 @@ int RunServiceBench() {
     std::printf(
         "%-10s %-9s %9s %5d %9lld %11.1f %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f "
         "%7.3f %6lld %10s %11s %6s %11s %11s %11s %10s\n",
-        r.phase.op.c_str(), r.phase.transport.c_str(),
+        r.phase.op.c_str(), TransportLabel(r.phase).c_str(),
         SizeLabel(r.phase.tensor_bytes).c_str(), r.phase.concurrency,
         static_cast<long long>(r.requests), r.requests_per_second, r.gbps,
         r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms, r.rps_vs_echo, r.gbps_vs_echo,

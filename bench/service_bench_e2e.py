@@ -54,19 +54,31 @@ def main():
                 "--metrics=127.0.0.1:" + metrics.group(1),
                 "--op=transpose,gelu-ln",
                 "--transport=inline,handle,pipeline,shm", "--bytes=16384"])
-            # The other ops with every operand a KServe v2 client sends.
+            # The other ops with every operand a KServe v2 client sends,
+            # over both protocols.
             more = run_bench(bench_bin, path, [
                 target, "--op=gemm,convert-layout,gelu-ln", "--all_operands",
-                "--transport=inline", "--bytes=65536"])
+                "--transport=inline", "--bytes=65536",
+                "--protocol=native,kserve"])
             if doc is None or more is None:
                 return 1
             more_results = more["results"]
-        if {r["op"] for r in more_results} != {
-                "echo", "gemm", "convert-layout", "gelu-ln"} or any(
+        if {(r["op"], r["protocol"]) for r in more_results} != {
+                (op, protocol)
+                for op in ("echo", "gemm", "convert-layout", "gelu-ln")
+                for protocol in ("native", "kserve")} or any(
                     r["errors"] or r["requests"] < 20 or
                     (r["op"] != "echo" and not r["kernel_seconds"])
                     for r in more_results):
             print("bad gemm/convert-layout phases: %s" % more_results)
+            return 1
+        # Native Echo is every phase's floor, the identity model's too.
+        if (more_results[0]["op"], more_results[0]["protocol"]) != (
+                "echo", "native") or any(
+                    abs(r["echo_rps"] - more_results[0]["requests_per_second"])
+                    > 1e-3 * more_results[0]["requests_per_second"]
+                    for r in more_results):
+            print("the floor is not native Echo: %s" % more_results)
             return 1
         results = doc["results"]
         phases = {(r["op"], r["transport"]) for r in results}

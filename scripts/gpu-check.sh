@@ -87,6 +87,8 @@
 #             side is compared), KSERVE_CASES: MODEL-BYTES names to run
 #             (e.g. "gemm-65536 transpose-16777216"; default all); the
 #             server queues up to 8 GiB (64 requests of 32 MiB);
+#             KSERVE_SAME_CLIENT=1: coalesce-bench over KServe v2 too
+#             (--protocol=kserve), after perf_analyzer, each round;
 #             bench/kserve_compare.py tables them: kserve.md; the
 #             server's stage means for each side of each case (from its
 #             /metrics before and after): kserve-stages.txt
@@ -654,6 +656,15 @@ if has kserve; then
             >"$out/$name-v2$r.txt" 2>&1 ||
             { status=1; tail -5 "$out/$name-v2$r.txt"; }
           scrape >"$out/m2.txt"
+          if [ -n "${KSERVE_SAME_CLIENT:-}" ]; then
+            # The same client over KServe v2: the protocol alone.
+            "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
+              --op="$op" --transport=inline --bytes="$bytes" \
+              --concurrency="$conc" --duration_s="$duration" --warmup_s=0.5 \
+              "${extra[@]}" --protocol=kserve \
+              --json="$out/$name-benchv2$r.json" >/dev/null \
+              2>>"$out/kserve.log" || status=1
+          fi
           # Each side's stage means, from the server's own histograms.
           if [ "$op" != echo ]; then
             for side in native:m0:m1 v2:m1:m2; do
