@@ -245,6 +245,14 @@ TEST_F(CudaConformance, CopyPeakIsMeasured) {
   EXPECT_LT(d.measured_copy_bandwidth, 1.05 * d.theoretical_bandwidth);
 }
 
+// What the events add to a launch's span: on the H200 1.2-1.4 us; tens of
+// microseconds would mean the gate let host launch calls into the span.
+TEST_F(CudaConformance, EventOverheadIsMeasured) {
+  const double overhead = backend_->device().event_overhead_seconds;
+  EXPECT_GT(overhead, 0);
+  EXPECT_LT(overhead, 10e-6);
+}
+
 // The same-size copy ceiling, timed as a variant is, with a tail of 7 bytes
 // past the 16-byte vectors: no faster back to back than the start-up peak,
 // but for 20% of slack (for what L2 still holds between rotated buffer sets
