@@ -17,6 +17,7 @@ import tritonclient.utils.shared_memory as tshm
 from tritonclient.utils import InferenceServerException
 
 import refs
+from conftest import Server
 
 MODELS = ["identity", "transpose", "convert_layout", "gelu_layer_norm", "gemm"]
 
@@ -224,15 +225,15 @@ PERF_CASES = {
 }
 
 
-def check_perf_analyzer(protocol, url, model, tmp_path):
-    """A short perf_analyzer run over protocol ("grpc" or "http"): no
-    errors, and per window the requests it counted agree with the
-    inferences the server's statistics counted."""
+def check_perf_analyzer(protocol, url, model, tmp_path, extra=()):
+    """A short perf_analyzer run over protocol ("grpc" or "http") with the
+    extra flags: no errors, and per window the requests it counted agree
+    with the inferences the server's statistics counted."""
     binary, env = perf_analyzer()
     report = tmp_path / "perf.csv"
     run = subprocess.run(
         [binary, "-m", model, "-i", protocol, "-u", url,
-         *PERF_CASES[model], "--concurrency-range", "1:2",
+         *PERF_CASES[model], *extra, "--concurrency-range", "1:2",
          "--measurement-interval", "300",
          # A shared 2-core machine never looks stable; the figures are not
          # the point here, that the tool drives the model is.
@@ -256,3 +257,23 @@ def check_perf_analyzer(protocol, url, model, tmp_path):
 @pytest.mark.parametrize("model", MODELS)
 def test_perf_analyzer_drives_every_model(server, tmp_path, model):
     check_perf_analyzer("grpc", server.target, model, tmp_path)
+
+
+def test_perf_analyzer_over_system_shared_memory(server_binary, tmp_path):
+    """perf_analyzer --shared-memory=system names its regions after the
+    tensors (/INPUT0, /OUTPUT0): a server that allows any key of the
+    caller's (--client_shm_key_prefix=/) serves them over the local
+    socket, and the tool's input and output bytes never cross gRPC."""
+    s = Server(server_binary, str(tmp_path / "server"),
+               ["--allow_client_shm", "--client_shm_key_prefix=/"])
+    try:
+        check_perf_analyzer("grpc", s.unix_target, "gemm", tmp_path,
+                            ["--shared-memory=system"])
+        # Every region perf_analyzer registered it also unregistered.
+        c = tc.InferenceServerClient(s.unix_target)
+        try:
+            assert not c.get_system_shared_memory_status().regions
+        finally:
+            c.close()
+    finally:
+        assert s.stop() == 0, s.log()
