@@ -199,7 +199,10 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
         ledger_->total += bytes;
       }
     }
-    if (options.upload) ++uploads_[tensor->owner];
+    if (options.upload) {
+      ++uploads_[tensor->owner];
+      ++open_uploads_;
+    }
     ++handle_owners_[tensor->handle];
     key = {tensor->owner, tensor->handle};
     tensors_[key] = Entry{tensor,
@@ -253,6 +256,7 @@ absl::Status TensorStore::Commit(absl::string_view owner,
                                  absl::string_view handle) {
   absl::MutexLock lock(&mu_);
   COALESCE_ASSIGN_OR_RETURN(Entry* const entry, AllocatedLocked(owner, handle));
+  if (!entry->committed) ++committed_tensors_;
   entry->committed = true;
   entry->on_abandon = nullptr;
   EndUploadLocked(*entry);
@@ -298,6 +302,7 @@ absl::StatusOr<int64_t> TensorStore::Delete(absl::string_view owner,
 void TensorStore::EraseLocked(std::map<Key, Entry>::iterator it,
                               Erased& erased) {
   Entry& entry = it->second;
+  if (entry.committed) --committed_tensors_;
   if (!entry.committed) {
     entry.tensor->abandoned_.store(true, std::memory_order_release);
     if (entry.on_abandon)
@@ -313,6 +318,7 @@ void TensorStore::EraseLocked(std::map<Key, Entry>::iterator it,
 void TensorStore::EndUploadLocked(Entry& entry) {
   if (!entry.upload) return;
   entry.upload = false;
+  --open_uploads_;
   auto it = uploads_.find(entry.tensor->owner);
   if (--it->second == 0) uploads_.erase(it);
 }
@@ -347,10 +353,8 @@ TensorStore::Stats TensorStore::stats() const {
   Stats stats;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [key, entry] : tensors_) {
-      if (entry.committed) ++stats.tensors;
-      if (entry.upload) ++stats.uploads;
-    }
+    stats.tensors = committed_tensors_;
+    stats.uploads = open_uploads_;
     stats.expired_tensors = expired_tensors_;
     stats.abandoned_uploads = abandoned_uploads_;
   }

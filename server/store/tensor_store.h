@@ -266,6 +266,10 @@ class TensorStore {
   // handle is fresh across all owners.
   absl::flat_hash_map<std::string, int> handle_owners_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> uploads_ ABSL_GUARDED_BY(mu_);
+  // Committed entries and uploads in progress, all owners: what stats()
+  // reports, kept as they change so that a scrape walks no entries.
+  int64_t committed_tensors_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t open_uploads_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t expired_tensors_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t abandoned_uploads_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -132,6 +132,41 @@ TEST_F(TensorStoreTest, DeleteFreesMemoryAndQuota) {
   Put(*store, "a", 1000);  // the quota is whole again
 }
 
+// stats() counts committed tensors and uploads in progress through every
+// way in and out: commit, delete, expiry, an abandoned upload.
+TEST_F(TensorStoreTest, StatsFollowEveryTransition) {
+  auto store = MakeStore(10000, 10000, absl::Seconds(10), absl::Seconds(5));
+  auto counts = [&] {
+    const TensorStore::Stats s = store->stats();
+    return std::make_pair(s.tensors, s.uploads);
+  };
+  EXPECT_EQ(counts(), std::make_pair(int64_t{0}, int64_t{0}));
+  const std::string kept = Put(*store, "a", 100)->handle;
+  const std::string deleted = Put(*store, "b", 100)->handle;
+  std::shared_ptr<StoredTensor> upload = Upload(*store, "a", 100);
+  std::shared_ptr<StoredTensor> committed_upload = Upload(*store, "b", 100);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{2}, int64_t{2}));
+  ASSERT_TRUE(store->Commit("b", committed_upload->handle).ok());
+  EXPECT_EQ(counts(), std::make_pair(int64_t{3}, int64_t{1}));
+  ASSERT_TRUE(store->Delete("b", deleted).ok());
+  EXPECT_EQ(counts(), std::make_pair(int64_t{2}, int64_t{1}));
+  // An output being written: neither committed nor an upload.
+  auto output = store->Create("a", "", DType::kFloat32, {25}, 100);
+  ASSERT_TRUE(output.ok());
+  EXPECT_EQ(counts(), std::make_pair(int64_t{2}, int64_t{1}));
+  ASSERT_TRUE(store->Delete("a", (*output)->handle).ok());
+  // The idle upload is abandoned at 6 s; the tensors expire at 11 s.
+  now_ += absl::Seconds(6);
+  EXPECT_EQ(store->SweepExpired(), 1);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{2}, int64_t{0}));
+  ASSERT_TRUE(store->Find("a", kept).ok());  // renews kept
+  now_ += absl::Seconds(5);
+  EXPECT_EQ(store->SweepExpired(), 1);
+  EXPECT_EQ(counts(), std::make_pair(int64_t{1}, int64_t{0}));
+  EXPECT_EQ(store->stats().expired_tensors, 1);
+  EXPECT_EQ(store->stats().abandoned_uploads, 1);
+}
+
 TEST_F(TensorStoreTest, UncommittedIsInvisibleAndAbandonable) {
   auto store = MakeStore(1000, 1000, absl::InfiniteDuration());
   auto t = store->Create("a", "mine", DType::kFloat32, {2}, 8);
