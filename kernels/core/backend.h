@@ -292,6 +292,11 @@ class Backend {
         absl::StrCat("the ", BackendName(kind()),
                      " backend has no device counters to sample"));
   }
+  // Undoes EnableProfileSampling: no launch is sampled any more and the
+  // device's counters are released (another profiler may take them). For
+  // start-up, before any Execute: not while launches run. A no-op where
+  // sampling is off.
+  virtual void DisableProfileSampling() {}
   // A reader of device `device`'s (an index below device_count()) whole
   // SM occupancy and DRAM throughput over intervals (DeviceActivityReader),
   // from counters that other profilers do not lock (NVML GPM on the CUDA

@@ -497,6 +497,7 @@ absl::StatusOr<int64_t> DeviceGroup::EnableProfileSampling(double fraction) {
   for (size_t i = 0; i < members_.size(); ++i) {
     absl::StatusOr<int64_t> s = members_[i]->EnableProfileSampling(fraction);
     if (!s.ok()) {
+      for (size_t j = 0; j < i; ++j) members_[j]->DisableProfileSampling();
       return absl::Status(
           s.status().code(),
           absl::StrCat("device ", i, ": ", s.status().message()));
@@ -504,6 +505,12 @@ absl::StatusOr<int64_t> DeviceGroup::EnableProfileSampling(double fraction) {
     every = *s;
   }
   return every;
+}
+
+void DeviceGroup::DisableProfileSampling() {
+  for (const std::unique_ptr<Backend>& m : members_) {
+    m->DisableProfileSampling();
+  }
 }
 
 }  // namespace coalesce

@@ -93,7 +93,10 @@ class DeviceGroup final : public Backend {
   MemoryStats Memory() const override { return members_[0]->Memory(); }
   // OK while any member is healthy; else member 0's error.
   absl::Status Health() const override;
+  // All members or none: when one fails, those enabled before it are
+  // disabled again and the error names the member.
   absl::StatusOr<int64_t> EnableProfileSampling(double fraction) override;
+  void DisableProfileSampling() override;
 
   int DeviceOfResident(const void* p) const override;
   // Estimated seconds of the runs in flight on member i.

@@ -75,6 +75,19 @@ class TestDevice final : public Backend {
         absl::StrCat("simulated device ", device_.ordinal, ": no counters"));
   }
 
+  // Sampling: on while enabled and not disabled since; refused with
+  // UNAVAILABLE while sampling_refused.
+  absl::StatusOr<int64_t> EnableProfileSampling(double /*fraction*/) override {
+    if (sampling_refused) {
+      return absl::UnavailableError("simulated: another profiler holds it");
+    }
+    sampling = true;
+    return 4;
+  }
+  void DisableProfileSampling() override { sampling = false; }
+
+  std::atomic<bool> sampling{false};
+  std::atomic<bool> sampling_refused{false};
   std::atomic<bool> failed{false};
   std::atomic<bool> out_of_memory{false};
   std::atomic<int> runs{0};
@@ -385,6 +398,27 @@ TEST(DeviceGroup, OpensIpcMemoryAndCountersOnTheDeviceNamed) {
   EXPECT_EQ(g.devices[1]->activity_opens, 1);
   EXPECT_EQ(g.group->OpenDeviceActivityReader(3).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Sampling is on for every member or for none: a member that refuses it
+// turns it off again on those enabled before it.
+TEST(DeviceGroup, ProfileSamplingOnEveryMemberOrNone) {
+  Group g = MakeGroup(3);
+  g.devices[2]->sampling_refused = true;
+  const absl::StatusOr<int64_t> refused = g.group->EnableProfileSampling(0.25);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("device 2"),
+            absl::string_view::npos)
+      << refused.status();
+  for (TestDevice* d : g.devices) EXPECT_FALSE(d->sampling);
+
+  g.devices[2]->sampling_refused = false;
+  const absl::StatusOr<int64_t> every = g.group->EnableProfileSampling(0.25);
+  ASSERT_TRUE(every.ok()) << every.status();
+  EXPECT_EQ(*every, 4);
+  for (TestDevice* d : g.devices) EXPECT_TRUE(d->sampling);
+  g.group->DisableProfileSampling();
+  for (TestDevice* d : g.devices) EXPECT_FALSE(d->sampling);
 }
 
 TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {

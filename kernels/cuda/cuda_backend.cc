@@ -233,6 +233,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<int64_t> EnableProfileSampling(double fraction) override {
     return sampling_.Enable(fraction, device_.ordinal, lanes_.health());
   }
+  void DisableProfileSampling() override {
+    cudaSetDevice(device_.ordinal);
+    sampling_.Disable();
+  }
 
   // NVML GPM of this GPU, found by its UUID; DRAM_BW_UTIL is scaled by the
   // theoretical bandwidth from the device's properties.

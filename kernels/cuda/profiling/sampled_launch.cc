@@ -40,6 +40,12 @@ absl::StatusOr<int64_t> SampledLaunches::Enable(double fraction, int device,
   return interval;
 }
 
+void SampledLaunches::Disable() {
+  absl::MutexLock lock(&mu_);
+  sampler_.store(nullptr, std::memory_order_release);
+  owner_.reset();
+}
+
 absl::Status SampledLaunches::Run(Lane& l, const KernelVariant& v,
                                   const Problem& p, const Operands& dev,
                                   ExecContext& ctx,

@@ -32,6 +32,9 @@ class SampledLaunches {
   // every Nth Run and returns N.
   absl::StatusOr<int64_t> Enable(double fraction, int device,
                                  const DeviceHealth& health);
+  // Backend::DisableProfileSampling: releases the sampler; every later Run
+  // is unsampled. Not while a Run is in progress.
+  void Disable();
 
   // Runs v on the lane's stream, kernel_start and kernel_stop recorded
   // around the launches. With sampling on, a launch the picker chooses
