@@ -501,7 +501,8 @@ int Main(int argc, char** argv) {
       "HOST:PORT'; "
       "logs go to stderr. SIGINT or SIGTERM: NOT_SERVING at once, in-flight\n"
       "calls get --shutdown_grace_s, and the process exits within that plus\n"
-      "1 s. Exit status 2\n"
+      "1 s. SIGHUP: the --access_log file is opened again (after a log\n"
+      "rotation moved it). Exit status 2\n"
       "on a command-line error, 1 when it cannot start.");
   // --help lists the flags of files named like the binary by default; these
   // flags live in main.cc.
@@ -537,13 +538,16 @@ int Main(int argc, char** argv) {
     access_log = *std::move(opened);
   }
 
-  // Block the shutdown signals before any thread exists so that every thread
-  // (gRPC's, OpenMP's) inherits the mask and only sigwait below sees them.
-  sigset_t shutdown_signals;
-  sigemptyset(&shutdown_signals);
-  sigaddset(&shutdown_signals, SIGINT);
-  sigaddset(&shutdown_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
+  // Block the signals this thread waits for before any thread exists so
+  // that every thread (gRPC's, OpenMP's) inherits the mask and only sigwait
+  // below sees them: SIGINT and SIGTERM shut down, SIGHUP reopens the
+  // access log.
+  sigset_t waited_signals;
+  sigemptyset(&waited_signals);
+  sigaddset(&waited_signals, SIGINT);
+  sigaddset(&waited_signals, SIGTERM);
+  sigaddset(&waited_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &waited_signals, nullptr);
 
   BackendOptions backend_options;
   backend_options.device = absl::GetFlag(FLAGS_device);
@@ -685,7 +689,20 @@ int Main(int argc, char** argv) {
   }
 
   int signal_number = 0;
-  sigwait(&shutdown_signals, &signal_number);
+  for (;;) {
+    sigwait(&waited_signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    if (access_log == nullptr || absl::GetFlag(FLAGS_access_log) == "stderr") {
+      continue;
+    }
+    const absl::Status reopened = access_log->Reopen();
+    if (reopened.ok()) {
+      spdlog::info("SIGHUP: access log {} reopened",
+                   absl::GetFlag(FLAGS_access_log));
+    } else {
+      spdlog::error("SIGHUP: {}", reopened.ToString());
+    }
+  }
   const auto grace = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(absl::GetFlag(FLAGS_shutdown_grace_s)));
   spdlog::info("signal {}: NOT_SERVING, draining for up to {} ms",

@@ -5,7 +5,11 @@
 // access-log line must carry the id the client sent or was sent back, and
 // the response metadata must echo it.
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -161,6 +165,59 @@ TEST(LoggingE2eTest, JsonLinesAndRequestIds) {
                           std::string::npos;
   }
   EXPECT_TRUE(outcome_logged) << log;
+}
+
+// logrotate's way: move the access log, send SIGHUP, and the server writes
+// on into a new file at the path, the moved one keeping what came before.
+TEST(LoggingE2eTest, SighupReopensTheAccessLog) {
+  char dir_template[] = "/tmp/coalesce-access-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string path = dir + "/access.log";
+  const std::string moved = path + ".1";
+  absl::StatusOr<std::unique_ptr<e2e::ServerUnderTest>> server =
+      e2e::ServerUnderTest::Start(
+          {"--log_format=json", "--access_log=" + path});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::TensorOps::NewStub(grpc::CreateChannel(
+      (*server)->address(), grpc::InsecureChannelCredentials()));
+  auto echo = [&](const std::string& id) {
+    grpc::ClientContext context;
+    Prepare(&context);
+    context.AddMetadata("x-request-id", id);
+    v1::EchoRequest request;
+    request.set_payload("hello");
+    v1::EchoResponse response;
+    return stub->Echo(&context, request, &response).ok();
+  };
+  ASSERT_TRUE(echo("before-rotation"));
+  ASSERT_EQ(std::rename(path.c_str(), moved.c_str()), 0);
+  ASSERT_EQ(kill((*server)->pid(), SIGHUP), 0);
+  // The server opens the path again: a new, empty file appears.
+  const absl::Time limit = absl::Now() + absl::Seconds(20);
+  while (access(path.c_str(), F_OK) != 0 && absl::Now() < limit) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(access(path.c_str(), F_OK), 0) << (*server)->LogTail();
+  ASSERT_TRUE(echo("after-rotation"));
+  EXPECT_TRUE((*server)->Terminate(absl::Seconds(20)).exited);
+
+  auto ids = [](const std::string& file) {
+    std::vector<std::string> out;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+      out.push_back(json::parse(line).value("request_id", ""));
+    }
+    return out;
+  };
+  EXPECT_EQ(ids(moved), std::vector<std::string>{"before-rotation"});
+  EXPECT_EQ(ids(path), std::vector<std::string>{"after-rotation"});
+  EXPECT_NE((*server)->LogTail().find("access log " + path + " reopened"),
+            std::string::npos)
+      << (*server)->LogTail();
+  std::remove(path.c_str());
+  std::remove(moved.c_str());
+  rmdir(dir.c_str());
 }
 
 }  // namespace

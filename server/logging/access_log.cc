@@ -10,8 +10,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "server/logging/json_escape.h"
+#include "spdlog/details/file_helper.h"
 #include "spdlog/details/thread_pool.h"
-#include "spdlog/sinks/basic_file_sink.h"
+#include "spdlog/sinks/base_sink.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -86,20 +87,49 @@ std::string FormatAccessFields(const AccessRecord& r, LogFormat format) {
   return out;
 }
 
+// spdlog's basic file sink, which can also open its path again (Reopen):
+// spdlog's own has no way to after a rotation moved the file.
+class AccessLog::FileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit FileSink(std::string path) : path_(std::move(path)) {}
+  // Opens (or opens again) path for appending, with its folders.
+  absl::Status Open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      file_.open(path_, /*truncate=*/false);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("--access_log: cannot open '", path_, "': ", e.what()));
+    }
+    return absl::OkStatus();
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    file_.write(line);
+  }
+  void flush_() override { file_.flush(); }
+
+ private:
+  const std::string path_;
+  spdlog::details::file_helper file_;
+};
+
 absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(
     const std::string& target, LogFormat format, size_t queue_lines) {
   spdlog::sink_ptr sink;
+  std::shared_ptr<FileSink> file;
   if (target == "stderr") {
     // The console sinks share one lock: its lines never cut into the
     // server log's.
     sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   } else {
-    try {
-      sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(target);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("--access_log: cannot open '", target, "': ", e.what()));
-    }
+    file = std::make_shared<FileSink>(target);
+    const absl::Status opened = file->Open();
+    if (!opened.ok()) return opened;
+    sink = file;
   }
   auto pool = std::make_shared<spdlog::details::thread_pool>(queue_lines,
                                                              /*threads=*/1);
@@ -110,14 +140,17 @@ absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(
       spdlog::async_overflow_policy::overrun_oldest);
   logger->set_formatter(NewLogFormatter(format, LogPayload::kFields));
   logger->set_level(spdlog::level::info);
-  return std::unique_ptr<AccessLog>(
-      new AccessLog(std::move(pool), std::move(logger), format));
+  return std::unique_ptr<AccessLog>(new AccessLog(
+      std::move(pool), std::move(logger), std::move(file), format));
 }
 
 AccessLog::AccessLog(std::shared_ptr<spdlog::details::thread_pool> pool,
                      std::shared_ptr<spdlog::async_logger> logger,
-                     LogFormat format)
-    : format_(format), pool_(std::move(pool)), logger_(std::move(logger)) {
+                     std::shared_ptr<FileSink> file, LogFormat format)
+    : format_(format),
+      file_(std::move(file)),
+      pool_(std::move(pool)),
+      logger_(std::move(logger)) {
   reporter_ = std::thread([this] {
     while (!stop_.WaitForNotificationWithTimeout(kReportPeriod)) {
       ReportDrops();
@@ -130,6 +163,11 @@ AccessLog::~AccessLog() { Close(); }
 void AccessLog::Write(const AccessRecord& record) {
   if (closed_.load(std::memory_order_relaxed)) return;
   logger_->info(FormatAccessFields(record, format_));
+}
+
+absl::Status AccessLog::Reopen() {
+  if (file_ == nullptr || closed_.load()) return absl::OkStatus();
+  return file_->Open();
 }
 
 size_t AccessLog::dropped() const {

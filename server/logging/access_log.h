@@ -7,8 +7,8 @@
 // logged as a warning (every 10 s while they happen, and at Close) so that
 // none goes unnoticed.
 //
-// Thread-safety: Write and dropped from any thread; Close once (not while
-// dropped runs), after which Write does nothing.
+// Thread-safety: Write, Reopen and dropped from any thread; Close once (not
+// while dropped or Reopen runs), after which Write does nothing.
 #pragma once
 
 #include <atomic>
@@ -73,16 +73,25 @@ class AccessLog {
   void Write(const AccessRecord& record);
   // Lines dropped because the queue was full, so far.
   size_t dropped() const;
+  // Opens the file at the path again, for appending (created when missing):
+  // after a log rotation moved it, later lines go to a new file there.
+  // Lines still queued go to the new file too. OK and nothing done for
+  // stderr; UNAVAILABLE naming the path when it cannot be opened, and
+  // lines are then lost until a Reopen succeeds.
+  absl::Status Reopen();
   // Writes what is queued, flushes, and logs how many lines were dropped
   // since the last warning. The destructor closes too.
   void Close();
 
  private:
+  class FileSink;
   AccessLog(std::shared_ptr<spdlog::details::thread_pool> pool,
-            std::shared_ptr<spdlog::async_logger> logger, LogFormat format);
+            std::shared_ptr<spdlog::async_logger> logger,
+            std::shared_ptr<FileSink> file, LogFormat format);
   void ReportDrops();
 
   const LogFormat format_;
+  std::shared_ptr<FileSink> file_;  // null for stderr
   std::shared_ptr<spdlog::details::thread_pool> pool_;
   std::shared_ptr<spdlog::async_logger> logger_;
   std::atomic<bool> closed_{false};

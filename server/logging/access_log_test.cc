@@ -1,10 +1,12 @@
 #include "server/logging/access_log.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -212,6 +214,63 @@ TEST(AccessLogTest, FullQueueDropsAndCounts) {
   (*log)->Write(KernelCall());
   EXPECT_EQ(Lines(path).size(), written);
   std::remove(path.c_str());
+}
+
+// A rotation moves the file away; Reopen makes a new one at the path. Lines
+// written before the Reopen land in the moved file or the new one, each
+// exactly once; lines written after it land in the new one.
+TEST(AccessLogTest, ReopenAfterTheFileWasMoved) {
+  const std::string path = TempPath("access_rotated");
+  const std::string moved = path + ".1";
+  std::remove(path.c_str());
+  std::remove(moved.c_str());
+  auto log = AccessLog::Open(path, LogFormat::kJson);
+  ASSERT_TRUE(log.ok()) << log.status();
+  AccessRecord r = KernelCall();
+  for (int i = 0; i < 50; ++i) {
+    r.request_id = absl::StrCat("before-", i);
+    (*log)->Write(r);
+  }
+  ASSERT_EQ(std::rename(path.c_str(), moved.c_str()), 0);
+  ASSERT_TRUE((*log)->Reopen().ok());
+  for (int i = 0; i < 50; ++i) {
+    r.request_id = absl::StrCat("after-", i);
+    (*log)->Write(r);
+  }
+  (*log)->Close();
+  std::set<std::string> before, after;
+  for (const std::string& file : {moved, path}) {
+    for (const std::string& line : Lines(file)) {
+      const std::string id = json::parse(line)["request_id"];
+      if (id.rfind("after-", 0) == 0) {
+        EXPECT_EQ(file, path) << id << " went to the moved file";
+        EXPECT_TRUE(after.insert(id).second) << id << " twice";
+      } else {
+        EXPECT_TRUE(before.insert(id).second) << id << " twice";
+      }
+    }
+  }
+  EXPECT_EQ(before.size(), 50u);
+  EXPECT_EQ(after.size(), 50u);
+  std::remove(path.c_str());
+  std::remove(moved.c_str());
+}
+
+TEST(AccessLogTest, ReopenFailureNamesThePath) {
+  const std::string dir = TempPath("access_dir");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const std::string path = dir + "/access.log";
+  auto log = AccessLog::Open(path, LogFormat::kText);
+  ASSERT_TRUE(log.ok()) << log.status();
+  // A file where the folder was: the path cannot be opened again.
+  ASSERT_EQ(std::remove(path.c_str()), 0);
+  ASSERT_EQ(rmdir(dir.c_str()), 0);
+  std::ofstream(dir) << "in the way\n";
+  const absl::Status reopened = (*log)->Reopen();
+  EXPECT_EQ(reopened.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(reopened.message().find(path), std::string::npos) << reopened;
+  (*log)->Close();
+  std::remove(dir.c_str());
 }
 
 TEST(AccessLogTest, UnwritableFileRefused) {
