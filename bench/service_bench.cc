@@ -235,9 +235,9 @@ std::string SizeLabel(int64_t bytes) {
   return absl::StrCat(bytes, "B");
 }
 
-// The op's input shape for a float32 tensor of bytes: --shape, else
-// near-square [R, C] (transpose, gemm), [rows, 1024] (gelu-ln) or
-// [N, 16, 32, 32] (convert-layout).
+// The op's input shape for a float32 tensor of bytes: --shape (rank 2 for
+// gemm, 4 for convert-layout), else near-square [R, C] (transpose, gemm),
+// [rows, 1024] (gelu-ln) or [N, 16, 32, 32] (convert-layout).
 absl::StatusOr<std::vector<int64_t>> ShapeFor(const std::string& op,
                                               int64_t bytes) {
   const std::string flag = absl::GetFlag(FLAGS_shape);
@@ -256,6 +256,13 @@ absl::StatusOr<std::vector<int64_t>> ShapeFor(const std::string& op,
     if (product != bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--shape=", flag, " is ", product, " bytes of float32, not ", bytes));
+    }
+    if (op == "gemm" && shape.size() != 2) {
+      return absl::InvalidArgumentError("--op=gemm needs a rank-2 --shape");
+    }
+    if (op == "convert-layout" && shape.size() != 4) {
+      return absl::InvalidArgumentError(
+          "--op=convert-layout needs a rank-4 (NCHW) --shape");
     }
     return shape;
   }
@@ -423,10 +430,6 @@ absl::StatusOr<Worker> MakeKserveWorker(const Phase& p, int w) {
     add_input("INPUT0", *shape, 1000 + w);
     outputs = {"OUTPUT0"};
   } else if (p.op == "convert-layout") {
-    if (shape->size() != 4) {
-      return absl::InvalidArgumentError(
-          "--op=convert-layout needs a rank-4 (NCHW) --shape");
-    }
     request->set_model_name("convert_layout");
     add_input("INPUT0", *shape, 1000 + w);
     (*request->mutable_parameters())["layout_from"].set_string_param("NCHW");
@@ -445,9 +448,6 @@ absl::StatusOr<Worker> MakeKserveWorker(const Phase& p, int w) {
       outputs.push_back("h");
     }
   } else if (p.op == "gemm") {
-    if (shape->size() != 2) {
-      return absl::InvalidArgumentError("--op=gemm needs a rank-2 --shape");
-    }
     request->set_model_name("gemm");
     const int64_t rows = (*shape)[0], cols = (*shape)[1];
     add_input("a", *shape, 1000 + w);
@@ -517,11 +517,8 @@ absl::StatusOr<Worker> MakeKserveWorker(const Phase& p, int w) {
 // Makes worker w of phase p: its connection, its input placed per the
 // transport, and the request closure.
 absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
+  // RunServiceBench admits native and kserve only.
   if (p.protocol == "kserve") return MakeKserveWorker(p, w);
-  if (p.protocol != "native") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--protocol: unknown '", p.protocol, "' (native or kserve)"));
-  }
   ClientOptions options;
   options.server = absl::GetFlag(FLAGS_server);
   if (p.transport == "shm" && !absl::GetFlag(FLAGS_shm_server).empty()) {
@@ -663,9 +660,6 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
                 &v1::GeluLayerNormResponse::y, &worker);
   } else if (p.op == "gemm") {
     // A [R, C] times B [C, R] (C [R, R] with --all_operands, beta 0).
-    if (shape->size() != 2) {
-      return absl::InvalidArgumentError("--op=gemm needs a rank-2 --shape");
-    }
     auto request = std::make_shared<v1::GemmRequest>();
     const int64_t rows = (*shape)[0], cols = (*shape)[1];
     *request->mutable_b() = operand({cols, rows}, 3000 + w);
@@ -675,10 +669,6 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
                 &worker);
   } else if (p.op == "convert-layout") {
     // NCHW to NHWC.
-    if (shape->size() != 4) {
-      return absl::InvalidArgumentError(
-          "--op=convert-layout needs a rank-4 (NCHW) --shape");
-    }
     auto request = std::make_shared<v1::ConvertLayoutRequest>();
     request->mutable_layouts()->set_from(v1::LAYOUT_NCHW);
     request->mutable_layouts()->set_to(v1::LAYOUT_NHWC);

@@ -175,16 +175,21 @@ std::string TempPath(const char* name) {
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, ".", getpid());
 }
 
+// Writes n lines of a kernel call, their request ids prefix0 .. prefix<n-1>.
+void WriteIds(AccessLog& log, const std::string& prefix, int n) {
+  AccessRecord r = KernelCall();
+  for (int i = 0; i < n; ++i) {
+    r.request_id = absl::StrCat(prefix, i);
+    log.Write(r);
+  }
+}
+
 TEST(AccessLogTest, WritesEveryLineToTheFile) {
   const std::string path = TempPath("access_all");
   std::remove(path.c_str());
   auto log = AccessLog::Open(path, LogFormat::kJson);
   ASSERT_TRUE(log.ok()) << log.status();
-  AccessRecord r = KernelCall();
-  for (int i = 0; i < 100; ++i) {
-    r.request_id = absl::StrCat("req-", i);
-    (*log)->Write(r);
-  }
+  WriteIds(**log, "req-", 100);
   (*log)->Close();
   const std::vector<std::string> lines = Lines(path);
   ASSERT_EQ(lines.size(), 100u);
@@ -226,17 +231,10 @@ TEST(AccessLogTest, ReopenAfterTheFileWasMoved) {
   std::remove(moved.c_str());
   auto log = AccessLog::Open(path, LogFormat::kJson);
   ASSERT_TRUE(log.ok()) << log.status();
-  AccessRecord r = KernelCall();
-  for (int i = 0; i < 50; ++i) {
-    r.request_id = absl::StrCat("before-", i);
-    (*log)->Write(r);
-  }
+  WriteIds(**log, "before-", 50);
   ASSERT_EQ(std::rename(path.c_str(), moved.c_str()), 0);
   ASSERT_TRUE((*log)->Reopen().ok());
-  for (int i = 0; i < 50; ++i) {
-    r.request_id = absl::StrCat("after-", i);
-    (*log)->Write(r);
-  }
+  WriteIds(**log, "after-", 50);
   (*log)->Close();
   std::set<std::string> before, after;
   for (const std::string& file : {moved, path}) {

@@ -302,8 +302,9 @@ absl::StatusOr<int64_t> TensorStore::Delete(absl::string_view owner,
 void TensorStore::EraseLocked(std::map<Key, Entry>::iterator it,
                               Erased& erased) {
   Entry& entry = it->second;
-  if (entry.committed) --committed_tensors_;
-  if (!entry.committed) {
+  if (entry.committed) {
+    --committed_tensors_;
+  } else {
     entry.tensor->abandoned_.store(true, std::memory_order_release);
     if (entry.on_abandon)
       erased.on_abandon.push_back(std::move(entry.on_abandon));
