@@ -100,6 +100,11 @@ struct ServerConfig {
   int batch_max_requests = 64;
   int64_t batch_max_bytes = int64_t{4} << 20;
   int64_t batch_max_delay_us = 0;
+  // Ops moving at most this many bytes run on the thread that decoded them
+  // when their device's scheduler is idle (Job::may_run_directly), instead
+  // of waking a scheduler thread; 0: never. Unset: the backend's default
+  // (DirectRunMaxBytesByDefault).
+  std::optional<int64_t> direct_run_max_bytes;
   // Initial HTTP/2 stream flow-control window in bytes (gRPC's
   // lookahead; BDP probing grows it from there).
   int stream_window_bytes = 8 << 20;

@@ -182,6 +182,11 @@ ABSL_FLAG(std::string, batch_ops, "auto",
 ABSL_FLAG(int32_t, batch_max_requests, 64, "requests in one batch, at most");
 ABSL_FLAG(int64_t, batch_max_bytes, int64_t{4} << 20,
           "operand bytes of one batch, at most (a larger request runs alone)");
+ABSL_FLAG(int64_t, direct_run_max_bytes, -1,
+          "ops moving at most this many bytes run on the thread that "
+          "received them while their device is idle, sparing a thread "
+          "hand-off; 0: never; -1: the backend's default (1 MiB on the CPU, "
+          "0 on a GPU)");
 ABSL_FLAG(int64_t, batch_max_delay_us, 0,
           "microseconds a batch may wait for more requests to arrive; 0: it "
           "takes only the requests already waiting, adding no latency");
@@ -381,6 +386,11 @@ bool CheckFlagValues(std::string* error) {
                           absl::GetFlag(FLAGS_max_in_flight));
     return false;
   }
+  if (absl::GetFlag(FLAGS_direct_run_max_bytes) < -1) {
+    *error = absl::StrCat("--direct_run_max_bytes must be >= -1, not ",
+                          absl::GetFlag(FLAGS_direct_run_max_bytes));
+    return false;
+  }
   if (absl::GetFlag(FLAGS_batch_max_delay_us) < 0 ||
       absl::GetFlag(FLAGS_batch_max_delay_us) > 1000000) {
     *error = absl::StrCat("--batch_max_delay_us must be in [0, 1000000], not ",
@@ -493,6 +503,7 @@ int Main(int argc, char** argv) {
       "                  [--batch_ops=auto|none|OP,...] "
       "[--batch_max_requests=N]\n"
       "                  [--batch_max_bytes=N] [--batch_max_delay_us=US]\n"
+      "                  [--direct_run_max_bytes=N]\n"
       "                  [--log_level=LEVEL] [--log_format=text|json]\n"
       "                  [--access_log=off|stderr|FILE]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
@@ -604,6 +615,9 @@ int Main(int argc, char** argv) {
   config.batch_max_requests = absl::GetFlag(FLAGS_batch_max_requests);
   config.batch_max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
   config.batch_max_delay_us = absl::GetFlag(FLAGS_batch_max_delay_us);
+  if (absl::GetFlag(FLAGS_direct_run_max_bytes) >= 0) {
+    config.direct_run_max_bytes = absl::GetFlag(FLAGS_direct_run_max_bytes);
+  }
   config.access_log = access_log.get();
   config.max_uploads_per_client = absl::GetFlag(FLAGS_max_uploads_per_client);
   config.upload_idle_timeout_seconds =

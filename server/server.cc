@@ -228,6 +228,10 @@ std::vector<OpKind> BatchedOpsByDefault(BackendKind kind) {
   return {OpKind::kTranspose, OpKind::kConvertLayout, OpKind::kGeluLayerNorm};
 }
 
+int64_t DirectRunMaxBytesByDefault(BackendKind kind) {
+  return kind == BackendKind::kCpu ? int64_t{1} << 20 : 0;
+}
+
 absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     const ServerConfig& config, Backend* backend, std::string backend_reason) {
   // Both are process-wide switches that the builder reads: they must be set
@@ -319,6 +323,10 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     service_config.batch_ops = BatchedOpsByDefault(backend->kind());
     service_config.batch_host_inputs_only = true;
   }
+  if (!service_config.direct_run_max_bytes.has_value()) {
+    service_config.direct_run_max_bytes =
+        DirectRunMaxBytesByDefault(backend->kind());
+  }
   // No op batched: the scheduler never waits for a batch to fill.
   scheduling.batch_max_requests =
       service_config.batch_ops->empty() ? 1 : config.batch_max_requests;
@@ -336,6 +344,12 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                      : "",
                  config.batch_max_requests, config.batch_max_bytes,
                  config.batch_max_delay_us);
+  }
+  if (*service_config.direct_run_max_bytes > 0) {
+    spdlog::info(
+        "direct runs: ops moving up to {} bytes run on the receiving thread "
+        "while their device is idle",
+        *service_config.direct_run_max_bytes);
   }
   // A scheduler per device: its own queue, workers and fairness.
   std::vector<Scheduler*> schedulers;

@@ -103,6 +103,13 @@ struct RunningServer {
 // spread one request over every core.
 std::vector<OpKind> BatchedOpsByDefault(BackendKind kind);
 
+// ServerConfig::direct_run_max_bytes when unset: on the CPU backend 1 MiB
+// (a lone 1 KiB transpose spent 22-26 us of its handler's 40 waking a
+// scheduler thread); 0 on a GPU, where a lone 1 KiB transpose run on
+// gRPC's thread answered 55-68 us later at the median (H200): the thread
+// is held from gRPC's own work for the launch and the wait.
+int64_t DirectRunMaxBytesByDefault(BackendKind kind);
+
 // Starts a server on config.listen serving backend (not owned; it must
 // outlive the server). backend_reason is what GetServerInfo reports as the
 // reason for this backend. UNAVAILABLE when an address cannot be bound;

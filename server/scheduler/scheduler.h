@@ -89,6 +89,12 @@ struct Job {
   absl::AnyInvocable<void(std::vector<Job> batch,
                           std::vector<double> queue_seconds) &&>
       run_batch;
+
+  // Short work that may run on the submitting thread: when the scheduler is
+  // idle (nothing waits or runs, and the job would not wait to batch),
+  // Submit runs it before returning instead of waking a scheduler thread.
+  // It holds a slot and counts in flight meanwhile.
+  bool may_run_directly = false;
 };
 
 class Scheduler {
@@ -102,11 +108,13 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // OK: queued. RESOURCE_EXHAUSTED at once when max_queue_requests jobs wait,
-  // or when job.bytes would push the waiting bytes past max_queue_bytes (a
-  // job larger than max_queue_bytes is admitted when nothing else waits, so
-  // that big requests are not impossible). UNAVAILABLE once Drain began.
-  // INVALID_ARGUMENT when run or reject is empty or bytes < 0.
+  // OK: queued, or run (or rejected, if cancelled) before returning when
+  // job.may_run_directly and the scheduler was idle. RESOURCE_EXHAUSTED at once
+  // when max_queue_requests jobs wait, or when job.bytes would push the waiting
+  // bytes past max_queue_bytes (a job larger than max_queue_bytes is admitted
+  // when nothing else waits, so that big requests are not impossible).
+  // UNAVAILABLE once Drain began. INVALID_ARGUMENT when run or reject is empty
+  // or bytes < 0.
   absl::Status Submit(Job job);
 
   // Stops admitting; lets waiting jobs start (in fairness order) until
@@ -133,6 +141,10 @@ class Scheduler {
     std::chrono::steady_clock::time_point submitted;
   };
 
+  // Submit's bounds: OK when job may be queued or run now.
+  absl::Status AdmitLocked(const Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Enqueue(Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WorkerLoop();
   // Starts (or, when cancelled, rejects) one job or a batch (batch[0]
   // leads); called without mu_.
@@ -150,8 +162,16 @@ class Scheduler {
   Waiting PopFrontLocked(const std::string& identity)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Returns a batch's slots and outstanding seconds.
+  void EndedLocked(int64_t started, double seconds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A free slot: jobs run directly by their submitters hold slots too.
   bool WorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return (!turns_.empty() && fillers_ == 0) || stopping_;
+    return (!turns_.empty() && fillers_ == 0 && in_flight_ < slots_) ||
+           stopping_;
+  }
+  bool NothingRuns() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return in_flight_ == 0;
   }
   bool NothingWaits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return turns_.empty();
@@ -160,6 +180,8 @@ class Scheduler {
 
   const std::string name_;
   const SchedulerOptions options_;
+  // Jobs running at once: max(options_.max_in_flight, 1).
+  const int64_t slots_;
 
   mutable absl::Mutex mu_;
   // One FIFO per identity that has jobs waiting (no empty queues kept).

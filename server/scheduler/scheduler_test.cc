@@ -110,6 +110,9 @@ TEST(SchedulerTest, ManySubmittersEveryJobRunsOnceWithItsOwnPayload) {
         job.identity = absl::StrCat("caller", rng() % 7);
         job.bytes = static_cast<int64_t>(rng() % 4096);
         const int sleep_us = static_cast<int>(rng() % 40);
+        // Half may run on this thread when the scheduler is idle: they
+        // hold slots as the workers' jobs do.
+        job.may_run_directly = rng() % 2 == 0;
         job.run = [&, slot, payload, sleep_us](double queue_seconds) {
           const int now = in_flight.fetch_add(1) + 1;
           int seen = peak.load();
@@ -829,6 +832,176 @@ TEST(SchedulerBatchTest, AKeyWithoutRunBatchIsRefused) {
   job.batch_key = "k";
   EXPECT_EQ(scheduler.Submit(std::move(job)).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A job that may run on its submitter's thread; notes where it ran.
+Job Direct(
+    std::string identity, std::atomic<std::thread::id>* ran_on,
+    std::function<void()> body = [] {}) {
+  Job job = RunOnly(std::move(identity), 1, [ran_on, body](double) {
+    ran_on->store(std::this_thread::get_id());
+    body();
+  });
+  job.may_run_directly = true;
+  return job;
+}
+
+TEST(SchedulerDirectTest, AnIdleSchedulerRunsItBeforeSubmitReturns) {
+  Scheduler scheduler("cpu:0", SchedulerOptions{});
+  std::atomic<std::thread::id> ran_on{};
+  ASSERT_TRUE(scheduler.Submit(Direct("x", &ran_on)).ok());
+  EXPECT_EQ(ran_on.load(), std::this_thread::get_id());
+  const Scheduler::Stats stats = scheduler.stats();
+  EXPECT_EQ(stats.in_flight, 0);
+  EXPECT_EQ(stats.outstanding_seconds, 0);
+}
+
+TEST(SchedulerDirectTest, WithoutTheFlagAJobGoesToAWorker) {
+  Scheduler scheduler("cpu:0", SchedulerOptions{});
+  std::atomic<std::thread::id> ran_on{};
+  Job job = Direct("x", &ran_on);
+  job.may_run_directly = false;
+  ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+  scheduler.Drain(absl::Now() + absl::Seconds(10));
+  EXPECT_NE(ran_on.load(), std::thread::id());
+  EXPECT_NE(ran_on.load(), std::this_thread::get_id());
+}
+
+TEST(SchedulerDirectTest, WhileAJobRunsItGoesToAWorker) {
+  SchedulerOptions options;
+  options.max_in_flight = 2;
+  Scheduler scheduler("cpu:0", options);
+  std::atomic<std::thread::id> ran_on{};
+  absl::Notification ran;
+  {
+    Blocker blocker(scheduler, 1);  // one slot of two is free
+    ASSERT_TRUE(
+        scheduler.Submit(Direct("x", &ran_on, [&ran] { ran.Notify(); })).ok());
+    ASSERT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  }
+  EXPECT_NE(ran_on.load(), std::this_thread::get_id());
+}
+
+TEST(SchedulerDirectTest, WhileEverySlotIsTakenItQueuesInTurn) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  std::vector<std::string> order;
+  absl::Mutex mu;
+  const auto note = [&](std::string what) {
+    return [&, what](double) {
+      absl::MutexLock lock(&mu);
+      order.push_back(what);
+    };
+  };
+  {
+    Scheduler scheduler("cpu:0", options);
+    {
+      Blocker blocker(scheduler, 1);
+      ASSERT_TRUE(scheduler.Submit(RunOnly("a", 1, note("waiting"))).ok());
+      // No slot is free: Submit queues the job behind "waiting" and
+      // returns.
+      Job direct = RunOnly("b", 1, note("direct"));
+      direct.may_run_directly = true;
+      ASSERT_TRUE(scheduler.Submit(std::move(direct)).ok());
+      absl::MutexLock lock(&mu);
+      EXPECT_TRUE(order.empty());
+    }
+    scheduler.Drain(absl::Now() + absl::Seconds(10));
+  }
+  EXPECT_THAT(order, ::testing::ElementsAre("waiting", "direct"));
+}
+
+TEST(SchedulerDirectTest, DirectRunsHoldSlots) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  Scheduler scheduler("cpu:0", options);
+  absl::Notification direct_started, release;
+  std::atomic<bool> direct_done{false};
+  std::atomic<std::thread::id> ran_on{};
+  std::thread submitter([&] {
+    EXPECT_TRUE(scheduler
+                    .Submit(Direct("x", &ran_on,
+                                   [&] {
+                                     direct_started.Notify();
+                                     release.WaitForNotification();
+                                     direct_done.store(true);
+                                   }))
+                    .ok());
+  });
+  direct_started.WaitForNotification();
+  EXPECT_EQ(scheduler.stats().in_flight, 1);
+  // The one slot is the direct run's: a queued job waits for it.
+  std::atomic<bool> queued_saw_done{false};
+  std::atomic<bool> queued_ran{false};
+  ASSERT_TRUE(scheduler
+                  .Submit(RunOnly("y", 1,
+                                  [&](double) {
+                                    queued_saw_done.store(direct_done.load());
+                                    queued_ran.store(true);
+                                  }))
+                  .ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(queued_ran.load());
+  release.Notify();
+  submitter.join();
+  scheduler.Drain(absl::Now() + absl::Seconds(10));
+  EXPECT_TRUE(queued_ran.load());
+  EXPECT_TRUE(queued_saw_done.load());
+}
+
+TEST(SchedulerDirectTest, ACancelledJobIsRejectedNotRun) {
+  Scheduler scheduler("cpu:0", SchedulerOptions{});
+  Job job;
+  job.identity = "x";
+  job.may_run_directly = true;
+  job.cancelled = [] { return true; };
+  job.run = [](double) { ADD_FAILURE() << "a cancelled job ran"; };
+  absl::Status why;
+  job.reject = [&why](absl::Status status) { why = status; };
+  ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+  EXPECT_EQ(why.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(why.message(), HasSubstr("cancelled before it started"));
+}
+
+TEST(SchedulerDirectTest, AJobThatWouldWaitToBatchIsQueued) {
+  SchedulerOptions options;
+  options.max_in_flight = 1;
+  options.batch_max_requests = 3;
+  options.batch_max_delay = absl::Seconds(30);  // ended by the third job
+  BatchLog log;
+  Scheduler scheduler("cpu:0", options);
+  for (int i = 0; i < 3; ++i) {
+    Job job = Batchable("x", "k", i, 1, &log);
+    job.may_run_directly = true;
+    ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+  }
+  scheduler.Drain(absl::Now() + absl::Seconds(60));
+  absl::MutexLock lock(&log.mu);
+  EXPECT_THAT(log.starts,
+              ::testing::ElementsAre(::testing::ElementsAre(0, 1, 2)));
+}
+
+TEST(SchedulerDirectTest, DrainWaitsForDirectRuns) {
+  Scheduler scheduler("cpu:0", SchedulerOptions{});
+  absl::Notification started;
+  std::atomic<bool> done{false};
+  std::atomic<std::thread::id> ran_on{};
+  std::thread submitter([&] {
+    EXPECT_TRUE(scheduler
+                    .Submit(Direct("x", &ran_on,
+                                   [&] {
+                                     started.Notify();
+                                     absl::SleepFor(absl::Milliseconds(100));
+                                     done.store(true);
+                                   }))
+                    .ok());
+  });
+  started.WaitForNotification();
+  scheduler.Drain(absl::Now());
+  EXPECT_TRUE(done.load());
+  submitter.join();
+  EXPECT_EQ(scheduler.Submit(Direct("x", &ran_on)).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

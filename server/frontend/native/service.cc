@@ -616,6 +616,8 @@ void TensorOpsService::SubmitOp(
   const RooflineSeconds bound =
       Roofline(state->d.problem, backend_->device_at(state->device));
   job.seconds = std::max(bound.memory, bound.math);
+  job.may_run_directly = MinBytesMoved(state->d.problem) <=
+                         config_.direct_run_max_bytes.value_or(0);
   const absl::Status admitted =
       schedulers_[state->device]->Submit(std::move(job));
   if (!admitted.ok()) state->Finish(admitted);
