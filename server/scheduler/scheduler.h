@@ -1,7 +1,9 @@
 // A per-device request scheduler: decoded requests wait here for one of a
 // fixed number of worker threads, so that a device runs at most
 // max_in_flight kernels at once and a flood of requests from one caller
-// queues behind itself rather than in front of everyone else.
+// queues behind itself rather than in front of everyone else. A short job
+// may instead run on the submitting thread while the scheduler is idle
+// (Job::may_run_directly), sparing a thread wake-up.
 //
 // Admission is bounded (requests and bytes) and never blocks: a full queue
 // answers RESOURCE_EXHAUSTED at once so that clients back off instead of
@@ -63,11 +65,11 @@ struct Job {
   // Stats::outstanding_seconds from Submit until it ends, so that a server
   // of several devices can send work to the least loaded one.
   double seconds = 0;
-  // Asked on the scheduler thread just before the job would start; true: the
+  // Asked on the running thread just before the job would start; true: the
   // job never runs and reject gets CANCELLED. May be empty (never cancelled).
   std::function<bool()> cancelled;
-  // Runs on a scheduler thread when the job's turn comes. queue_seconds: from
-  // Submit to this call.
+  // Runs on a scheduler thread when the job's turn comes (or in Submit, see
+  // may_run_directly). queue_seconds: from Submit to this call.
   absl::AnyInvocable<void(double queue_seconds) &&> run;
   // Called once instead of run when the job will never run: cancelled before
   // it started, or still waiting when Drain's deadline passed. Never called

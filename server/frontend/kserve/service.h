@@ -175,10 +175,10 @@ class InferenceService final
   // One inference, for ModelInfer and each request of a stream: checks
   // request against its model and runs it, moving its inputs' bytes out
   // (into response or the native request); done gets the status once, on
-  // this thread for an error found before the queue, else on a scheduler
-  // thread. request and response must stay alive until then. Counted in
-  // the metrics (as a native op, or kModelInfer) and in the model's
-  // statistics.
+  // this thread for an error found before the queue or an op run directly,
+  // else on a scheduler thread. request and response must stay alive until
+  // then. Counted in the metrics (as a native op, or kModelInfer) and in the
+  // model's statistics.
   void Infer(grpc::CallbackServerContext* context,
              const absl::StatusOr<Caller>& caller,
              inference::ModelInferRequest& request,

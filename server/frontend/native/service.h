@@ -41,8 +41,10 @@ namespace coalesce {
 // request: an op is authenticated and decoded on gRPC's thread, then waits
 // its turn in the device's Scheduler and runs on one of its threads, which
 // finishes the call (gRPC's thread returns at once: held for the op, it
-// delays gRPC's own work). PutTensor and GetTensor are reactors that copy
-// one chunk per message; the other RPCs answer at once.
+// delays gRPC's own work). A short op on an idle device
+// (ServerConfig::direct_run_max_bytes) runs on gRPC's thread instead.
+// PutTensor and GetTensor are reactors that copy one chunk per message; the
+// other RPCs answer at once.
 class TensorOpsService final : public v1::TensorOps::CallbackService {
  public:
   // backend, metrics, selector, tensors, shared_memory, auth and scheduler
@@ -130,7 +132,8 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
   // the RPC would); request is decoded, queued, selected for and run exactly
   // as a Transpose RPC's, its output and report written into response. done
   // gets the call's status once, when it is over: on the calling thread for
-  // an error found before the queue, else on a scheduler thread. context,
+  // an error found before the queue or an op run directly, else on a
+  // scheduler thread. context,
   // request and response must stay alive until done has run. The call
   // counts as a Transpose in the metrics.
   void RunTranspose(grpc::CallbackServerContext* context,
