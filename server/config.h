@@ -67,6 +67,9 @@ struct ServerConfig {
   // Uploads: at once per client, and how long one may stall before it is
   // ended and its reservation freed (0: never).
   int max_uploads_per_client = 4;
+  // Tensors held at once, per client and in all (TensorStoreOptions).
+  int64_t max_tensors_per_client = 65536;
+  int64_t max_tensors = 262144;
   double upload_idle_timeout_seconds = 60;
   // Client shared-memory regions (server/store/shared_memory.h): off unless
   // allowed, keys under a prefix, regions bounded.

@@ -135,6 +135,11 @@ ABSL_FLAG(int64_t, tensor_cap_bytes, int64_t{8} << 30,
 ABSL_FLAG(double, tensor_ttl_s, 600,
           "seconds an unused server-side tensor lives before it is freed; 0: "
           "until deleted");
+ABSL_FLAG(int64_t, max_tensors_per_client, 65536,
+          "server-side tensors (handles) one identity may hold at once, "
+          "however small: each costs the server about 900 bytes of its own");
+ABSL_FLAG(int64_t, max_tensors, 262144,
+          "server-side tensors all clients together may hold at once");
 ABSL_FLAG(int32_t, max_uploads_per_client, 4,
           "PutTensor uploads one identity may have in progress at once");
 ABSL_FLAG(double, upload_idle_timeout_s, 60,
@@ -415,6 +420,8 @@ bool CheckFlagValues(std::string* error) {
         {"max_queue_requests", absl::GetFlag(FLAGS_max_queue_requests)},
         {"max_queue_bytes", absl::GetFlag(FLAGS_max_queue_bytes)},
         {"batch_max_requests", absl::GetFlag(FLAGS_batch_max_requests)},
+        {"max_tensors_per_client", absl::GetFlag(FLAGS_max_tensors_per_client)},
+        {"max_tensors", absl::GetFlag(FLAGS_max_tensors)},
         {"batch_max_bytes", absl::GetFlag(FLAGS_batch_max_bytes)}}) {
     if (value < 1) {
       *error = absl::StrCat("--", flag, " must be >= 1, not ", value);
@@ -503,6 +510,7 @@ int Main(int argc, char** argv) {
       "[--tls_client_ca=PEM]\n"
       "                  [--auth_tokens=FILE] [--admin_identities=A,B]\n"
       "                  [--unix_socket=PATH] [--max_uploads_per_client=N]\n"
+      "                  [--max_tensors_per_client=N] [--max_tensors=N]\n"
       "                  [--upload_idle_timeout_s=S] [--max_in_flight=N]\n"
       "                  [--max_queue_requests=N] [--max_queue_bytes=N]\n"
       "                  [--batch_ops=auto|none|OP,...] "
@@ -625,6 +633,8 @@ int Main(int argc, char** argv) {
   }
   config.access_log = access_log.get();
   config.max_uploads_per_client = absl::GetFlag(FLAGS_max_uploads_per_client);
+  config.max_tensors_per_client = absl::GetFlag(FLAGS_max_tensors_per_client);
+  config.max_tensors = absl::GetFlag(FLAGS_max_tensors);
   config.upload_idle_timeout_seconds =
       absl::GetFlag(FLAGS_upload_idle_timeout_s);
   config.tls.cert_path = absl::GetFlag(FLAGS_tls_cert);

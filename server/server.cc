@@ -288,6 +288,8 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
           ? absl::Seconds(config.upload_idle_timeout_seconds)
           : absl::InfiniteDuration();
   store_options.max_uploads_per_owner = config.max_uploads_per_client;
+  store_options.max_tensors_per_owner = config.max_tensors_per_client;
+  store_options.max_tensors = config.max_tensors;
   running->tensors = std::make_unique<TensorStore>(
       store_options, running->tensor_memory.get());
   if (store_options.ttl != absl::InfiniteDuration() ||

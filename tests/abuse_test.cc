@@ -75,6 +75,8 @@ constexpr int kMaxUploads = 4;
 // that size.
 constexpr int kMaxRegions = 1100;
 constexpr int kMaxRegionsPerClient = 300;
+constexpr int kMaxTensorsPerClient = 40;
+constexpr int kMaxTensors = 100;
 
 // Default allowances of a test's RSS and descriptor growth. 48 MiB: what a
 // test moves at once (a few MiB of tensors here) plus what glibc keeps
@@ -135,7 +137,8 @@ class Servers : public ::testing::Environment {
   }
 
   // No authentication (identities from x-coalesce-client), the local
-  // socket, region limits past 1,024, uploads ended after 1 s idle.
+  // socket, region limits past 1,024, uploads ended after 1 s idle, small
+  // tensor counts.
   static SharedServer& Limits() {
     static SharedServer* server = Start(
         [](const std::string&) {
@@ -145,6 +148,8 @@ class Servers : public ::testing::Environment {
               absl::StrCat("--max_shm_regions_per_client=",
                            kMaxRegionsPerClient),
               "--upload_idle_timeout_s=1",
+              absl::StrCat("--max_tensors_per_client=", kMaxTensorsPerClient),
+              absl::StrCat("--max_tensors=", kMaxTensors),
               absl::StrCat("--tensor_quota_bytes=", 1024 * kMiB),
               absl::StrCat("--tensor_cap_bytes=", 2048 * kMiB)};
         },
@@ -1574,6 +1579,62 @@ TEST_F(UploadIdleTimeoutTest, AStalledUploadIsEndedAndItsBytesFreed) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->bytes, e2e::FloatBytes(values));
   ASSERT_TRUE(as_uid->DeleteTensor("slow").ok());
+}
+
+// On the limits server, whose identities anyone may claim: the count of
+// all tensors is what bounds a flood, the per-identity count what keeps
+// one caller from taking it all.
+class TensorCountTest : public SharedMemoryLimitsTest {};
+
+TEST_F(TensorCountTest, TinyTensorFloodsStopAtTheCounts) {
+  const std::string one = e2e::FloatBytes(RandomFloats(1, 101));
+  auto put = [&](Client& c) {
+    return c.PutTensor(v1::DATA_TYPE_FLOAT32, {1}, one).status();
+  };
+  for (int i = 0; i < kMaxTensorsPerClient; ++i) {
+    ASSERT_TRUE(put(*clients_[0]).ok()) << "tensor " << i;
+  }
+  absl::Status over = put(*clients_[0]);
+  ASSERT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_THAT(over.message(),
+              HasSubstr(absl::StrCat(
+                  "holds ", kMaxTensorsPerClient, " tensors, its limit of ",
+                  kMaxTensorsPerClient, " (--max_tensors_per_client)")));
+  // An op's output kept as a handle is a tensor too; inline it still runs.
+  v1::TransposeRequest keep;
+  *keep.mutable_input() = Inline({2, 3}, 102);
+  keep.mutable_options()->add_outputs()->set_placement(
+      v1::OUTPUT_PLACEMENT_SERVER_HANDLE);
+  over = clients_[0]->Transpose(keep).status();
+  ASSERT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_THAT(over.message(), HasSubstr("--max_tensors_per_client"));
+  v1::TransposeRequest inline_out;
+  *inline_out.mutable_input() = Inline({2, 3}, 102);
+  EXPECT_TRUE(clients_[0]->Transpose(inline_out).ok());
+  // The other identities fill what is left of the server's count.
+  int others = 0;
+  for (size_t c = 1; c < clients_.size(); ++c) {
+    for (int i = 0; i < kMaxTensorsPerClient; ++i) {
+      const absl::Status s = put(*clients_[c]);
+      if (!s.ok()) {
+        ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+        EXPECT_THAT(s.message(),
+                    HasSubstr(absl::StrCat("the server holds ", kMaxTensors,
+                                           " tensors, its limit "
+                                           "(--max_tensors)")));
+        break;
+      }
+      ++others;
+    }
+  }
+  EXPECT_EQ(others, kMaxTensors - kMaxTensorsPerClient);
+  // A deleted tensor gives its place back.
+  absl::StatusOr<v1::ListTensorsResponse> listed = clients_[0]->ListTensors();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->tensors_size(), kMaxTensorsPerClient);
+  ASSERT_TRUE(clients_[0]->DeleteTensor(listed->tensors(0).handle()).ok());
+  EXPECT_TRUE(put(*clients_[4]).ok());
+  EXPECT_EQ(put(*clients_[4]).code(), absl::StatusCode::kResourceExhausted);
 }
 
 // ---- 4. Cancellation storm.

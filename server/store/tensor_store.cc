@@ -163,6 +163,19 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
             owner, uploads, options_.max_uploads_per_owner));
       }
     }
+    if (static_cast<int64_t>(tensors_.size()) >= options_.max_tensors) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "tensor count: the server holds %d tensors, its limit "
+          "(--max_tensors); retry once some are deleted or expire",
+          tensors_.size()));
+    }
+    if (auto it = owned_.find(owner);
+        it != owned_.end() && it->second >= options_.max_tensors_per_owner) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "tensor count: client '%s' holds %d tensors, its limit of %d "
+          "(--max_tensors_per_client); delete tensors or let them expire",
+          owner, it->second, options_.max_tensors_per_owner));
+    }
     if (name.empty()) {
       do {
         COALESCE_ASSIGN_OR_RETURN(tensor->handle, RandomHandle());
@@ -204,6 +217,7 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
       ++open_uploads_;
     }
     ++handle_owners_[tensor->handle];
+    ++owned_[tensor->owner];
     key = {tensor->owner, tensor->handle};
     tensors_[key] = Entry{tensor,
                           /*allocated=*/false,
@@ -312,6 +326,8 @@ void TensorStore::EraseLocked(std::map<Key, Entry>::iterator it,
   EndUploadLocked(entry);
   auto owners = handle_owners_.find(it->first.second);
   if (--owners->second == 0) handle_owners_.erase(owners);
+  auto owned = owned_.find(it->first.first);
+  if (--owned->second == 0) owned_.erase(owned);
   erased.tensors.push_back(std::move(entry.tensor));
   tensors_.erase(it);
 }

@@ -11,8 +11,10 @@
 // before any memory is allocated, until the memory is freed: a tensor
 // deleted while an upload or an op still holds it stays charged until they
 // let go, so deleting and recreating cannot take more memory than the quota.
-// An upload in progress also counts against a per-owner limit, and one that
-// receives nothing for upload_idle_timeout is abandoned.
+// Tensors are counted too, per owner and in all, since each costs the server
+// memory of its own. An upload in progress also counts against a per-owner
+// limit, and one that receives nothing for upload_idle_timeout is
+// abandoned.
 //
 // The store knows nothing of kernels or devices: tensor bytes come from a
 // TensorMemory, which the server backs with its backend's resident memory
@@ -138,6 +140,13 @@ struct TensorStoreOptions {
   int64_t cap_bytes = int64_t{8} << 30;    // all owners together
   // Uploads in progress at once, per owner (--max_uploads_per_client).
   int max_uploads_per_owner = 4;
+  // Tensors held (committed, uploading or being created), per owner and all
+  // owners together (--max_tensors_per_client, --max_tensors): each costs
+  // the server about 900 bytes of its own however small its bytes, so the
+  // byte quota alone would let a client of 1-element tensors hold a
+  // billion.
+  int64_t max_tensors_per_owner = 65536;
+  int64_t max_tensors = 262144;
   // A committed tensor unused this long is freed; absl::InfiniteDuration():
   // never.
   absl::Duration ttl = absl::Minutes(10);
@@ -173,11 +182,11 @@ class TensorStore {
   TensorStore& operator=(const TensorStore&) = delete;
 
   // Charges bytes to owner (RESOURCE_EXHAUSTED with the numbers when over
-  // its quota or the cap, or past the owner's uploads in progress for an
-  // upload) and allocates them. The tensor is invisible to Find and List
-  // until Commit; Delete abandons it. name is the handle wanted
-  // (INVALID_ARGUMENT if malformed, ALREADY_EXISTS if owner has one so
-  // named); empty picks a fresh one.
+  // its quota or the cap, past the owner's or the store's tensor count, or
+  // past the owner's uploads in progress for an upload) and allocates them. The
+  // tensor is invisible to Find and List until Commit; Delete abandons it. name
+  // is the handle wanted (INVALID_ARGUMENT if malformed, ALREADY_EXISTS if
+  // owner has one so named); empty picks a fresh one.
   absl::StatusOr<std::shared_ptr<StoredTensor>> Create(
       absl::string_view owner, absl::string_view name, DType dtype,
       const Shape& shape, int64_t bytes, CreateOptions options = {});
@@ -266,6 +275,8 @@ class TensorStore {
   // handle is fresh across all owners.
   absl::flat_hash_map<std::string, int> handle_owners_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> uploads_ ABSL_GUARDED_BY(mu_);
+  // Entries per owner (tensors_ holds them all).
+  absl::flat_hash_map<std::string, int64_t> owned_ ABSL_GUARDED_BY(mu_);
   // Committed entries and uploads in progress, all owners: what stats()
   // reports, kept as they change so that a scrape walks no entries.
   int64_t committed_tensors_ ABSL_GUARDED_BY(mu_) = 0;

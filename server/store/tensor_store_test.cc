@@ -370,6 +370,45 @@ TEST_F(TensorStoreTest, TensorsMayOutliveTheStore) {
   EXPECT_EQ(memory_.live(), 0);
 }
 
+TEST_F(TensorStoreTest, TensorsAreCountedPerOwnerAndInAll) {
+  TensorStoreOptions o;
+  o.max_tensors_per_owner = 3;
+  o.max_tensors = 5;
+  o.ttl = absl::Seconds(10);
+  o.now = [this] { return now_; };
+  TensorStore store(o, &memory_);
+  std::vector<std::shared_ptr<StoredTensor>> a;
+  for (int i = 0; i < 3; ++i) a.push_back(Put(store, "a", 4));
+  // A 1-element tensor is as much a tensor as a large one.
+  absl::Status over = store.Create("a", "", DType::kFloat32, {1}, 4).status();
+  ASSERT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr("client 'a' holds 3 tensors"));
+  EXPECT_THAT(over.message(),
+              HasSubstr("limit of 3 (--max_tensors_per_client)"));
+  // An upload and a tensor being made count as well.
+  CreateOptions upload;
+  upload.upload = true;
+  EXPECT_EQ(
+      store.Create("a", "", DType::kFloat32, {1}, 4, upload).status().code(),
+      absl::StatusCode::kResourceExhausted);
+  // Others have their own count, up to the store's.
+  ASSERT_TRUE(store.Create("b", "", DType::kFloat32, {1}, 4, upload).ok());
+  ASSERT_TRUE(store.Create("b", "", DType::kFloat32, {1}, 4).ok());
+  over = store.Create("c", "", DType::kFloat32, {1}, 4).status();
+  ASSERT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(
+      over.message(),
+      HasSubstr("the server holds 5 tensors, its limit (--max_tensors)"));
+  // Delete and expiry give places back.
+  ASSERT_TRUE(store.Delete("a", a[0]->handle).ok());
+  EXPECT_TRUE(store.Create("a", "", DType::kFloat32, {1}, 4).ok());
+  EXPECT_FALSE(store.Create("c", "", DType::kFloat32, {1}, 4).ok());
+  now_ += absl::Seconds(11);
+  EXPECT_EQ(store.SweepExpired(), 4);  // all but the upload (no idle limit)
+  EXPECT_TRUE(store.Create("c", "", DType::kFloat32, {1}, 4).ok());
+  for (int i = 0; i < 2; ++i) EXPECT_NE(Put(store, "a", 4), nullptr);
+}
+
 TEST_F(TensorStoreTest, UploadsInProgressAreLimitedPerOwner) {
   auto store = MakeStore(1000, 1000, absl::InfiniteDuration(),
                          absl::InfiniteDuration(), /*max_uploads=*/2);
