@@ -190,7 +190,22 @@ TEST(LoggingE2eTest, SighupReopensTheAccessLog) {
     v1::EchoResponse response;
     return stub->Echo(&context, request, &response).ok();
   };
+  auto ids = [](const std::string& file) {
+    std::vector<std::string> out;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+      out.push_back(json::parse(line).value("request_id", ""));
+    }
+    return out;
+  };
   ASSERT_TRUE(echo("before-rotation"));
+  // A call's line is written after its answer is sent, by the log's own
+  // thread: the rotation starts once it is in the file.
+  const absl::Time written_by = absl::Now() + absl::Seconds(20);
+  while (ids(path).empty() && absl::Now() < written_by) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(ids(path), std::vector<std::string>{"before-rotation"});
   ASSERT_EQ(std::rename(path.c_str(), moved.c_str()), 0);
   ASSERT_EQ(kill((*server)->pid(), SIGHUP), 0);
   // The server opens the path again: a new, empty file appears.
@@ -202,14 +217,6 @@ TEST(LoggingE2eTest, SighupReopensTheAccessLog) {
   ASSERT_TRUE(echo("after-rotation"));
   EXPECT_TRUE((*server)->Terminate(absl::Seconds(20)).exited);
 
-  auto ids = [](const std::string& file) {
-    std::vector<std::string> out;
-    std::ifstream in(file);
-    for (std::string line; std::getline(in, line);) {
-      out.push_back(json::parse(line).value("request_id", ""));
-    }
-    return out;
-  };
   EXPECT_EQ(ids(moved), std::vector<std::string>{"before-rotation"});
   EXPECT_EQ(ids(path), std::vector<std::string>{"after-rotation"});
   EXPECT_NE((*server)->LogTail().find("access log " + path + " reopened"),

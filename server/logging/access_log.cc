@@ -20,6 +20,10 @@ namespace coalesce {
 namespace {
 
 constexpr absl::Duration kReportPeriod = absl::Seconds(10);
+// The file sink writes through a stdio buffer: without a flush a quiet
+// server's last lines would wait for kilobytes more before anyone could
+// read them.
+constexpr absl::Duration kFlushPeriod = absl::Seconds(1);
 
 std::string Milliseconds(double seconds) {
   return absl::StrFormat("%.3f", seconds * 1e3);
@@ -152,8 +156,14 @@ AccessLog::AccessLog(std::shared_ptr<spdlog::details::thread_pool> pool,
       pool_(std::move(pool)),
       logger_(std::move(logger)) {
   reporter_ = std::thread([this] {
-    while (!stop_.WaitForNotificationWithTimeout(kReportPeriod)) {
-      ReportDrops();
+    absl::Time report_at = absl::Now() + kReportPeriod;
+    while (!stop_.WaitForNotificationWithTimeout(kFlushPeriod)) {
+      // Queued behind the lines already waiting, so it flushes them too.
+      logger_->flush();
+      if (absl::Now() >= report_at) {
+        ReportDrops();
+        report_at = absl::Now() + kReportPeriod;
+      }
     }
   });
 }

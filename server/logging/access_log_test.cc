@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/logging/log.h"
@@ -199,6 +201,22 @@ TEST(AccessLogTest, WritesEveryLineToTheFile) {
     EXPECT_EQ(j["request_id"], absl::StrCat("req-", i));
   }
   EXPECT_EQ((*log)->dropped(), 0u);
+  std::remove(path.c_str());
+}
+
+TEST(AccessLogTest, LinesReachTheFileWithinSecondsWithoutClose) {
+  const std::string path = TempPath("access_flushed");
+  std::remove(path.c_str());
+  auto log = AccessLog::Open(path, LogFormat::kJson);
+  ASSERT_TRUE(log.ok()) << log.status();
+  WriteIds(**log, "quiet-", 3);
+  // Three lines fill no buffer: only the periodic flush writes them out.
+  const absl::Time limit = absl::Now() + absl::Seconds(10);
+  while (Lines(path).size() < 3 && absl::Now() < limit) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Lines(path).size(), 3u);
+  (*log)->Close();
   std::remove(path.c_str());
 }
 
