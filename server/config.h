@@ -82,6 +82,12 @@ struct ServerConfig {
   // A request arriving past it fails with RESOURCE_EXHAUSTED, so this is a
   // safety bound, not a tuning knob.
   int max_threads = 1024;
+  // gRPC's memory for the calls in flight (its resource quota): messages
+  // being received or sent. Past it gRPC pushes back: new streams are
+  // refused (RESOURCE_EXHAUSTED) and, under heavy pressure, connections
+  // closed. Without it, concurrent large inline messages take memory
+  // without bound. 0: unbounded (gRPC's default).
+  int64_t grpc_memory_bytes = int64_t{4} << 30;
   // The device's request queue (server/scheduler/scheduler.h): ops running
   // at once (0: the backend's own figure, Backend::concurrency()), and the
   // requests and request bytes that may wait; past either bound a request

@@ -164,6 +164,11 @@ ABSL_FLAG(double, shutdown_grace_s, 10,
 ABSL_FLAG(double, measure_budget_s, 30,
           "seconds one ExplainSelection measure may spend timing variants "
           "(always within the call's deadline)");
+ABSL_FLAG(int64_t, grpc_memory_bytes, int64_t{4} << 30,
+          "memory gRPC may hold for the calls in flight (messages being "
+          "received or sent); past it new calls are refused with "
+          "RESOURCE_EXHAUSTED and, under heavy pressure, connections closed; "
+          "0: unbounded");
 ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
           "HTTP/2 streams (concurrent RPCs) one connection may carry");
 ABSL_FLAG(int32_t, max_in_flight, 0,
@@ -392,6 +397,11 @@ bool CheckFlagValues(std::string* error) {
                           absl::GetFlag(FLAGS_max_in_flight));
     return false;
   }
+  if (absl::GetFlag(FLAGS_grpc_memory_bytes) < 0) {
+    *error = absl::StrCat("--grpc_memory_bytes must be >= 0, not ",
+                          absl::GetFlag(FLAGS_grpc_memory_bytes));
+    return false;
+  }
   if (absl::GetFlag(FLAGS_direct_run_max_bytes) < -1) {
     *error = absl::StrCat("--direct_run_max_bytes must be >= -1, not ",
                           absl::GetFlag(FLAGS_direct_run_max_bytes));
@@ -503,6 +513,7 @@ int Main(int argc, char** argv) {
       "                  [--profile_sampling_fraction=F]\n"
       "                  [--tensor_quota_bytes=N] [--tensor_cap_bytes=N]\n"
       "                  [--tensor_ttl_s=S] [--max_concurrent_streams=N]\n"
+      "                  [--grpc_memory_bytes=N]\n"
       "                  [--allow_client_shm] [--client_shm_key_prefix=/P]\n"
       "                  [--max_shm_regions=N] "
       "[--max_shm_regions_per_client=N]\n"
@@ -620,6 +631,7 @@ int Main(int argc, char** argv) {
   config.tensor_cap_bytes = absl::GetFlag(FLAGS_tensor_cap_bytes);
   config.tensor_ttl_seconds = absl::GetFlag(FLAGS_tensor_ttl_s);
   config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  config.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
   config.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   config.max_queue_requests = absl::GetFlag(FLAGS_max_queue_requests);
   config.max_queue_bytes = absl::GetFlag(FLAGS_max_queue_bytes);

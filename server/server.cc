@@ -386,6 +386,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
                              config.stream_window_bytes);
   grpc::ResourceQuota quota("coalesce");
   quota.SetMaxThreads(config.max_threads);
+  if (config.grpc_memory_bytes > 0) quota.Resize(config.grpc_memory_bytes);
   builder.SetResourceQuota(quota);
   builder.RegisterService(running->service.get());
   builder.RegisterService(running->inference.get());

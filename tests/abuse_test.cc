@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,6 +40,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
@@ -2098,6 +2100,90 @@ TEST_F(BoundedEchoTest, A64KiBNameIsItsFieldsErrorInUnder1KiB) {
     EXPECT_THAT(status.message(), HasSubstr("(65536 bytes)"));
     EXPECT_LT(status.message().size(), 1024u);
   }
+}
+
+// ---- 8. Floods of large messages.
+
+// What a flood of 48 concurrent 16 MiB Echo calls (three each) makes the
+// server hold at its peak, and how the calls ended: gRPC receives a whole
+// message before any handler sees it, so only its memory quota
+// (--grpc_memory_bytes) bounds what such a flood takes.
+struct Flood {
+  int64_t peak_rss_bytes = 0;
+  std::map<absl::StatusCode, int> codes;
+};
+
+Flood FloodWithEchoes(const std::vector<std::string>& flags) {
+  Flood flood;
+  absl::StatusOr<std::unique_ptr<e2e::ServerUnderTest>> server =
+      e2e::ServerUnderTest::Start(flags);
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return flood;
+  constexpr int kCalls = 48;
+  const std::string payload = RandomHex(8 << 20);  // 16 MiB of text
+  absl::Mutex mu;
+  std::vector<std::thread> callers;
+  std::shared_ptr<v1::TensorOps::Stub> stub = RawStub((*server)->address());
+  for (int i = 0; i < kCalls; ++i) {
+    callers.emplace_back([&] {
+      for (int round = 0; round < 3; ++round) {
+        grpc::ClientContext context;
+        Prepare(&context, "", absl::Seconds(120));
+        v1::EchoRequest request;
+        request.set_payload(payload);
+        v1::EchoResponse response;
+        const absl::Status s =
+            FromGrpc(stub->Echo(&context, request, &response));
+        EXPECT_TRUE(!s.ok() || response.payload() == payload);
+        absl::MutexLock lock(&mu);
+        ++flood.codes[s.code()];
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  absl::StatusOr<ProcessUsage> usage = e2e::ReadUsage((*server)->pid());
+  EXPECT_TRUE(usage.ok()) << usage.status();
+  if (usage.ok()) flood.peak_rss_bytes = usage->peak_rss_bytes;
+  // Still serving: a small call on a fresh connection.
+  std::unique_ptr<v1::TensorOps::Stub> fresh = RawStub((*server)->address());
+  grpc::ClientContext context;
+  Prepare(&context, "");
+  v1::EchoRequest small;
+  small.set_payload("after the flood");
+  v1::EchoResponse echoed;
+  EXPECT_TRUE(fresh->Echo(&context, small, &echoed).ok());
+  EXPECT_TRUE((*server)->Terminate(absl::Seconds(20)).exited)
+      << (*server)->LogTail();
+  return flood;
+}
+
+TEST(MessageFloodTest, GrpcMemoryQuotaBoundsWhatAFloodTakes) {
+  const Flood unbounded = FloodWithEchoes({"--grpc_memory_bytes=0"});
+  const Flood bounded =
+      FloodWithEchoes({absl::StrCat("--grpc_memory_bytes=", 128 * kMiB)});
+  for (const auto& [name, flood] :
+       {std::pair<const char*, const Flood&>{"unbounded", unbounded},
+        {"128 MiB quota", bounded}}) {
+    std::string codes;
+    for (const auto& [code, n] : flood.codes) {
+      absl::StrAppend(&codes, " ", absl::StatusCodeToString(code), "=", n);
+    }
+    std::fprintf(stderr, "%s: server peak RSS %.0f MiB;%s\n", name,
+                 static_cast<double>(flood.peak_rss_bytes) / kMiB,
+                 codes.c_str());
+  }
+  // Without the quota every call is received whole (and answered).
+  EXPECT_EQ(unbounded.codes.size(), 1u);
+  EXPECT_EQ(unbounded.codes.count(absl::StatusCode::kOk), 1u);
+  // With it, gRPC pushes back: calls are refused or their connection closed,
+  // never failed otherwise, and the peak is far below the flood's.
+  for (const auto& [code, n] : bounded.codes) {
+    EXPECT_THAT(code, ::testing::AnyOf(absl::StatusCode::kOk,
+                                       absl::StatusCode::kResourceExhausted,
+                                       absl::StatusCode::kUnavailable))
+        << n << " calls";
+  }
+  EXPECT_LT(bounded.peak_rss_bytes, unbounded.peak_rss_bytes * 3 / 4);
 }
 
 }  // namespace

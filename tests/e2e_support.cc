@@ -201,7 +201,14 @@ absl::StatusOr<ProcessUsage> ReadUsage(pid_t pid) {
   bool found = false;
   for (absl::string_view line : absl::StrSplit(status, '\n')) {
     // "VmRSS:	   12345 kB"
-    if (!absl::ConsumePrefix(&line, "VmRSS:")) continue;
+    int64_t* field = nullptr;
+    if (absl::ConsumePrefix(&line, "VmRSS:")) {
+      field = &usage.rss_bytes;
+    } else if (absl::ConsumePrefix(&line, "VmHWM:")) {
+      field = &usage.peak_rss_bytes;
+    } else {
+      continue;
+    }
     const std::vector<absl::string_view> fields =
         absl::StrSplit(line, ' ', absl::SkipWhitespace());
     int64_t kib = 0;
@@ -209,8 +216,8 @@ absl::StatusOr<ProcessUsage> ReadUsage(pid_t pid) {
         !absl::SimpleAtoi(absl::StripAsciiWhitespace(fields[0]), &kib)) {
       break;
     }
-    usage.rss_bytes = kib * 1024;
-    found = true;
+    *field = kib * 1024;
+    if (field == &usage.rss_bytes) found = true;
   }
   if (!found) {
     return absl::NotFoundError(absl::StrCat("no VmRSS in ", proc, "/status"));

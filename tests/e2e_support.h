@@ -81,9 +81,10 @@ class ServerUnderTest {
 
 // What the kernel reports of a process.
 struct ProcessUsage {
-  int64_t rss_bytes = 0;   // VmRSS of /proc/PID/status
-  int open_fds = 0;        // entries of /proc/PID/fd
-  double cpu_seconds = 0;  // utime + stime of /proc/PID/stat
+  int64_t rss_bytes = 0;       // VmRSS of /proc/PID/status
+  int64_t peak_rss_bytes = 0;  // VmHWM: the most it ever held
+  int open_fds = 0;            // entries of /proc/PID/fd
+  double cpu_seconds = 0;      // utime + stime of /proc/PID/stat
 };
 absl::StatusOr<ProcessUsage> ReadUsage(pid_t pid);
 
