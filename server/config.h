@@ -86,8 +86,10 @@ struct ServerConfig {
   // being received or sent. Past it gRPC pushes back: new streams are
   // refused (RESOURCE_EXHAUSTED) and, under heavy pressure, connections
   // closed. Without it, concurrent large inline messages take memory
-  // without bound. 0: unbounded (gRPC's default).
-  int64_t grpc_memory_bytes = int64_t{4} << 30;
+  // without bound. 0: unbounded (gRPC's default): any bound, even 64 GiB,
+  // cost 64 KiB transposes at concurrency 64 about a tenth of their rate
+  // on the CPU backend, so deployments set one (deploy/k8s).
+  int64_t grpc_memory_bytes = 0;
   // The device's request queue (server/scheduler/scheduler.h): ops running
   // at once (0: the backend's own figure, Backend::concurrency()), and the
   // requests and request bytes that may wait; past either bound a request

@@ -164,11 +164,12 @@ ABSL_FLAG(double, shutdown_grace_s, 10,
 ABSL_FLAG(double, measure_budget_s, 30,
           "seconds one ExplainSelection measure may spend timing variants "
           "(always within the call's deadline)");
-ABSL_FLAG(int64_t, grpc_memory_bytes, int64_t{4} << 30,
+ABSL_FLAG(int64_t, grpc_memory_bytes, 0,
           "memory gRPC may hold for the calls in flight (messages being "
           "received or sent); past it new calls are refused with "
           "RESOURCE_EXHAUSTED and, under heavy pressure, connections closed; "
-          "0: unbounded");
+          "0: unbounded (set it on a server others can reach: concurrent "
+          "large messages otherwise take memory without bound)");
 ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
           "HTTP/2 streams (concurrent RPCs) one connection may carry");
 ABSL_FLAG(int32_t, max_in_flight, 0,

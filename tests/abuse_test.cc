@@ -2183,7 +2183,11 @@ TEST(MessageFloodTest, GrpcMemoryQuotaBoundsWhatAFloodTakes) {
                                        absl::StatusCode::kUnavailable))
         << n << " calls";
   }
-  EXPECT_LT(bounded.peak_rss_bytes, unbounded.peak_rss_bytes * 3 / 4);
+  // A sanitizer's shadow of every page ever touched stays resident, so
+  // there the peaks say little about the quota.
+  if (!e2e::kSanitizedBuild) {
+    EXPECT_LT(bounded.peak_rss_bytes, unbounded.peak_rss_bytes * 3 / 4);
+  }
 }
 
 }  // namespace
