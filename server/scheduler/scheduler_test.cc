@@ -778,7 +778,10 @@ TEST(SchedulerBatchTest, ADelayGathersJobsThatArriveWithinIt) {
   Scheduler scheduler("cpu:0", options);
   const absl::Time start = absl::Now();
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(scheduler.Submit(Batchable("x", "k", i, 1, &log)).ok());
+    Job job = Batchable("x", "k", i, 1, &log);
+    // Even a job that may run directly waits to batch.
+    job.may_run_directly = true;
+    ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
     absl::SleepFor(absl::Milliseconds(20));
   }
   scheduler.Drain(absl::Now() + absl::Seconds(60));
@@ -961,24 +964,6 @@ TEST(SchedulerDirectTest, ACancelledJobIsRejectedNotRun) {
   ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
   EXPECT_EQ(why.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(why.message(), HasSubstr("cancelled before it started"));
-}
-
-TEST(SchedulerDirectTest, AJobThatWouldWaitToBatchIsQueued) {
-  SchedulerOptions options;
-  options.max_in_flight = 1;
-  options.batch_max_requests = 3;
-  options.batch_max_delay = absl::Seconds(30);  // ended by the third job
-  BatchLog log;
-  Scheduler scheduler("cpu:0", options);
-  for (int i = 0; i < 3; ++i) {
-    Job job = Batchable("x", "k", i, 1, &log);
-    job.may_run_directly = true;
-    ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
-  }
-  scheduler.Drain(absl::Now() + absl::Seconds(60));
-  absl::MutexLock lock(&log.mu);
-  EXPECT_THAT(log.starts,
-              ::testing::ElementsAre(::testing::ElementsAre(0, 1, 2)));
 }
 
 TEST(SchedulerDirectTest, DrainWaitsForDirectRuns) {
