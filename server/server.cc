@@ -148,12 +148,20 @@ void AddSchedulerMetrics(metrics::Registry* registry,
                  "Requests the device runs at once (--max_in_flight).")
       .Add(labels)
       .Set(options.max_in_flight);
-  registry->AddCollectHook([&queued, &queued_bytes, &running, scheduler] {
-    const Scheduler::Stats s = scheduler->stats();
-    queued.Set(static_cast<double>(s.queued));
-    queued_bytes.Set(static_cast<double>(s.queued_bytes));
-    running.Set(static_cast<double>(s.in_flight));
-  });
+  metrics::Counter& direct =
+      registry
+          ->AddCounter("coalesce_device_direct_runs_total",
+                       "Requests run on the thread that received them, the "
+                       "device being idle (--direct_run_max_bytes).")
+          .Add(labels);
+  registry->AddCollectHook(
+      [&queued, &queued_bytes, &running, &direct, scheduler] {
+        const Scheduler::Stats s = scheduler->stats();
+        queued.Set(static_cast<double>(s.queued));
+        queued_bytes.Set(static_cast<double>(s.queued_bytes));
+        running.Set(static_cast<double>(s.in_flight));
+        direct.Increment(static_cast<double>(s.direct_runs) - direct.Value());
+      });
 }
 
 // Handles and shared memory, read from the stores when Prometheus scrapes.

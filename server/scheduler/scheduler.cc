@@ -47,6 +47,7 @@ absl::Status Scheduler::Submit(Job job) {
         (job.batch_key.empty() ||
          options_.batch_max_delay <= absl::ZeroDuration())) {
       ++in_flight_;
+      ++direct_runs_;
       outstanding_seconds_ += job.seconds;
       direct.push_back(
           Waiting{std::move(job), std::chrono::steady_clock::now()});
@@ -260,6 +261,7 @@ Scheduler::Stats Scheduler::stats() const {
   stats.in_flight = in_flight_;
   stats.identities_waiting = static_cast<int64_t>(queues_.size());
   stats.outstanding_seconds = outstanding_seconds_;
+  stats.direct_runs = direct_runs_;
   return stats;
 }
 

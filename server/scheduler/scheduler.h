@@ -133,6 +133,8 @@ class Scheduler {
     int64_t identities_waiting = 0;
     // Job::seconds of the jobs waiting or running.
     double outstanding_seconds = 0;
+    // Jobs run by their submitters so far (Job::may_run_directly).
+    int64_t direct_runs = 0;
   };
   // Cheap: one short lock (read on every metrics scrape).
   Stats stats() const;
@@ -200,6 +202,7 @@ class Scheduler {
   // Jobs submitted so far: a batch that waits for more watches it.
   int64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t direct_runs_ ABSL_GUARDED_BY(mu_) = 0;
   double outstanding_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   // Drain began: Submit refuses.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

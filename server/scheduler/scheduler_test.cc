@@ -857,6 +857,7 @@ TEST(SchedulerDirectTest, AnIdleSchedulerRunsItBeforeSubmitReturns) {
   const Scheduler::Stats stats = scheduler.stats();
   EXPECT_EQ(stats.in_flight, 0);
   EXPECT_EQ(stats.outstanding_seconds, 0);
+  EXPECT_EQ(stats.direct_runs, 1);
 }
 
 TEST(SchedulerDirectTest, WithoutTheFlagAJobGoesToAWorker) {
@@ -868,6 +869,7 @@ TEST(SchedulerDirectTest, WithoutTheFlagAJobGoesToAWorker) {
   scheduler.Drain(absl::Now() + absl::Seconds(10));
   EXPECT_NE(ran_on.load(), std::thread::id());
   EXPECT_NE(ran_on.load(), std::this_thread::get_id());
+  EXPECT_EQ(scheduler.stats().direct_runs, 0);
 }
 
 TEST(SchedulerDirectTest, WhileAJobRunsItGoesToAWorker) {
