@@ -199,9 +199,8 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   for (int i = 0; i < devices; ++i) {
     const Labels labels = DeviceLabels(backend.device_at(i));
     Counter* kernel = &kernel_total.Add(labels);
-    device_kernel_seconds_.push_back(kernel);
     const double overhead = backend.device_at(i).event_overhead_seconds;
-    device_event_overhead_.push_back(overhead);
+    device_kernel_time_.push_back({kernel, overhead});
     overhead_family.Add(labels).Set(overhead);
     Gauge& busy = busy_family.Add(labels);
     registry->AddCollectHook(
@@ -547,12 +546,11 @@ void PrometheusServiceMetrics::CountFailedSample(
 void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
   const int op = static_cast<int>(kernel.op);
   const size_t device = static_cast<size_t>(kernel.run.device);
-  if (device < device_kernel_seconds_.size()) {
+  if (device < device_kernel_time_.size()) {
+    const DeviceKernelTime& time = device_kernel_time_[device];
     // A sampled launch's time is the kernels' own (CUPTI), with no events.
-    const double overhead =
-        kernel.run.sampled ? 0.0 : device_event_overhead_[device];
-    device_kernel_seconds_[device]->Increment(
-        NonNegative(kernel.run.kernel_seconds - overhead));
+    const double overhead = kernel.run.sampled ? 0.0 : time.event_overhead;
+    time.seconds->Increment(NonNegative(kernel.run.kernel_seconds - overhead));
   }
   h2d_seconds_[op]->Observe(NonNegative(kernel.run.h2d_seconds));
   d2h_seconds_[op]->Observe(NonNegative(kernel.run.d2h_seconds));

@@ -115,9 +115,13 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   std::array<std::atomic<RpcSeries*>, kNumRpcs> rpc_series_{};
   // Per kernel RPC (indexed by OpKind).
   std::array<Gauge*, kNumKernelRpcs> queued_{};
-  std::vector<Counter*> device_kernel_seconds_;  // by device index
-  // DeviceInfo::event_overhead_seconds, by device index.
-  std::vector<double> device_event_overhead_;
+  // A device's busy counter and DeviceInfo::event_overhead_seconds, which
+  // each event-timed launch's time loses before it counts.
+  struct DeviceKernelTime {
+    Counter* seconds;
+    double event_overhead;
+  };
+  std::vector<DeviceKernelTime> device_kernel_time_;  // by device index
   std::array<Histogram*, kNumKernelRpcs> queue_seconds_{};
   std::array<Histogram*, kNumKernelRpcs> batch_size_{};
   std::array<Histogram*, kNumKernelRpcs> h2d_seconds_{};
