@@ -734,9 +734,7 @@ int Main(int argc, char** argv) {
   for (;;) {
     sigwait(&waited_signals, &signal_number);
     if (signal_number != SIGHUP) break;
-    if (access_log == nullptr || absl::GetFlag(FLAGS_access_log) == "stderr") {
-      continue;
-    }
+    if (access_log == nullptr || !access_log->writes_file()) continue;
     const absl::Status reopened = access_log->Reopen();
     if (reopened.ok()) {
       spdlog::info("SIGHUP: access log {} reopened",

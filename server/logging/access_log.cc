@@ -176,7 +176,7 @@ void AccessLog::Write(const AccessRecord& record) {
 }
 
 absl::Status AccessLog::Reopen() {
-  if (file_ == nullptr || closed_.load()) return absl::OkStatus();
+  if (!writes_file() || closed_.load()) return absl::OkStatus();
   return file_->Open();
 }
 

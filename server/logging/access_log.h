@@ -73,6 +73,8 @@ class AccessLog {
   void Write(const AccessRecord& record);
   // Lines dropped because the queue was full, so far.
   size_t dropped() const;
+  // Whether the log writes a file (not stderr): what Reopen acts on.
+  bool writes_file() const { return file_ != nullptr; }
   // Opens the file at the path again, for appending (created when missing):
   // after a log rotation moved it, later lines go to a new file there.
   // Lines still queued go to the new file too. OK and nothing done for
