@@ -153,15 +153,14 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
   Key key;
   {
     absl::MutexLock lock(&mu_);
-    if (options.upload) {
-      auto it = uploads_.find(owner);
-      const int uploads = it == uploads_.end() ? 0 : it->second;
-      if (uploads >= options_.max_uploads_per_owner) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "uploads: client '%s' has %d uploads in progress, its limit of %d "
-            "(--max_uploads_per_client); finish or cancel one first",
-            owner, uploads, options_.max_uploads_per_owner));
-      }
+    auto held = owners_.find(owner);
+    const OwnerCounts counts =
+        held == owners_.end() ? OwnerCounts() : held->second;
+    if (options.upload && counts.uploads >= options_.max_uploads_per_owner) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "uploads: client '%s' has %d uploads in progress, its limit of %d "
+          "(--max_uploads_per_client); finish or cancel one first",
+          owner, counts.uploads, options_.max_uploads_per_owner));
     }
     if (static_cast<int64_t>(tensors_.size()) >= options_.max_tensors) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -169,12 +168,11 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
           "(--max_tensors); retry once some are deleted or expire",
           tensors_.size()));
     }
-    if (auto it = owned_.find(owner);
-        it != owned_.end() && it->second >= options_.max_tensors_per_owner) {
+    if (counts.tensors >= options_.max_tensors_per_owner) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "tensor count: client '%s' holds %d tensors, its limit of %d "
           "(--max_tensors_per_client); delete tensors or let them expire",
-          owner, it->second, options_.max_tensors_per_owner));
+          owner, counts.tensors, options_.max_tensors_per_owner));
     }
     if (name.empty()) {
       do {
@@ -212,12 +210,13 @@ absl::StatusOr<std::shared_ptr<StoredTensor>> TensorStore::Create(
         ledger_->total += bytes;
       }
     }
+    OwnerCounts& mine = owners_[tensor->owner];
+    ++mine.tensors;
     if (options.upload) {
-      ++uploads_[tensor->owner];
+      ++mine.uploads;
       ++open_uploads_;
     }
     ++handle_owners_[tensor->handle];
-    ++owned_[tensor->owner];
     key = {tensor->owner, tensor->handle};
     tensors_[key] = Entry{tensor,
                           /*allocated=*/false,
@@ -326,8 +325,8 @@ void TensorStore::EraseLocked(std::map<Key, Entry>::iterator it,
   EndUploadLocked(entry);
   auto owners = handle_owners_.find(it->first.second);
   if (--owners->second == 0) handle_owners_.erase(owners);
-  auto owned = owned_.find(it->first.first);
-  if (--owned->second == 0) owned_.erase(owned);
+  auto owned = owners_.find(it->first.first);
+  if (--owned->second.tensors == 0) owners_.erase(owned);
   erased.tensors.push_back(std::move(entry.tensor));
   tensors_.erase(it);
 }
@@ -336,8 +335,7 @@ void TensorStore::EndUploadLocked(Entry& entry) {
   if (!entry.upload) return;
   entry.upload = false;
   --open_uploads_;
-  auto it = uploads_.find(entry.tensor->owner);
-  if (--it->second == 0) uploads_.erase(it);
+  --owners_.find(entry.tensor->owner)->second.uploads;
 }
 
 std::vector<TensorListing> TensorStore::List(absl::string_view owner) const {

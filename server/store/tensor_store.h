@@ -241,7 +241,7 @@ class TensorStore {
     std::shared_ptr<StoredTensor> tensor;
     bool allocated = false;  // false while Create allocates
     bool committed = false;
-    bool upload = false;  // counted in uploads_ (until Commit or erased)
+    bool upload = false;  // counted in owners_ (until Commit or erased)
     std::function<void()> on_abandon;
     absl::Time last_used;
   };
@@ -263,7 +263,7 @@ class TensorStore {
   // Removes it (the key must exist) into erased.
   void EraseLocked(std::map<Key, Entry>::iterator it, Erased& erased)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Frees the upload's place in uploads_, if it holds one.
+  // Frees the upload's place in owners_, if it holds one.
   void EndUploadLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TensorStoreOptions options_;
@@ -274,9 +274,13 @@ class TensorStore {
   // How many owners hold a tensor of each handle, so that a server-picked
   // handle is fresh across all owners.
   absl::flat_hash_map<std::string, int> handle_owners_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int> uploads_ ABSL_GUARDED_BY(mu_);
-  // Entries per owner (tensors_ holds them all).
-  absl::flat_hash_map<std::string, int64_t> owned_ ABSL_GUARDED_BY(mu_);
+  // What each owner holding an entry has: its entries (tensors_ holds them
+  // all) and, of those, its uploads in progress. Gone at no entries.
+  struct OwnerCounts {
+    int64_t tensors = 0;
+    int uploads = 0;
+  };
+  absl::flat_hash_map<std::string, OwnerCounts> owners_ ABSL_GUARDED_BY(mu_);
   // Committed entries and uploads in progress, all owners: what stats()
   // reports, kept as they change so that a scrape walks no entries.
   int64_t committed_tensors_ ABSL_GUARDED_BY(mu_) = 0;
