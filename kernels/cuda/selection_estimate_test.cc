@@ -13,10 +13,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/dtype.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm/common.h"
 #include "kernels/selection/heuristic.h"
@@ -370,6 +372,96 @@ TEST_F(SelectionEstimate, Float32LayoutsOfTheSweepWithinTenPercent) {
   const int held_out_good = within_ten_percent(held_out);
   EXPECT_GE(train_good, 190) << train_good << " of " << train.size();
   EXPECT_GE(held_out_good, 189) << held_out_good << " of " << held_out.size();
+}
+
+// Every GEMM class (plain, transposed, batched) in every dtype, from the
+// H200 tune sweeps with TUNE_CLASSES=all (bench/gemm_sweep_data.py): seed 7
+// fits, seed 8 scores.
+struct ClassGemm {
+  GemmProblem problem;
+  std::string cls;                        // plain, transposed or batched
+  std::map<std::string, double> seconds;  // short variant names
+};
+
+std::vector<ClassGemm> ReadClassGemms(const std::string& file) {
+  std::vector<ClassGemm> out;
+  std::ifstream in(std::string(COALESCE_GEMM_SWEEP_DIR) + "/" + file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::vector<std::string> cols = absl::StrSplit(line, '\t');
+    if (cols.size() != 3) continue;
+    DType dtype = DType::kFloat32;
+    const bool known = ParseDType(cols[0], &dtype);
+    std::vector<int64_t> d;
+    for (absl::string_view v : absl::StrSplit(cols[1], ',')) {
+      int64_t x = 0;
+      if (absl::SimpleAtoi(v, &x)) d.push_back(x);
+    }
+    if (!known || d.size() != 6) continue;
+    ClassGemm g;
+    g.problem = Gemm(dtype, d[3], d[0], d[1], d[2], d[4] != 0, d[5] != 0);
+    g.cls = d[3] > 1 ? "batched" : (d[4] || d[5]) ? "transposed" : "plain";
+    for (absl::string_view kv : absl::StrSplit(cols[2], ',')) {
+      const std::vector<std::string> p = absl::StrSplit(kv, '=');
+      double sec = 0;
+      if (p.size() == 2 && absl::SimpleAtod(p[1], &sec)) {
+        g.seconds["gemm.cuda." + p[0]] = sec;
+      }
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// The heuristic alone (no table) within 10% of the fastest, per dtype and
+// class, on the fit shapes (seed 7) and the held-out ones (seed 8): at
+// least the figures this model reaches (printed with the worst ratio on
+// seed 8). smem_tiled's per-block cost took the batched rows from 180-190
+// to 185-198 of 200 and their worst ratio from 2.96-3.17x to 1.72-1.93x.
+TEST_F(SelectionEstimate, GemmsOfEveryClassAndDtypeWithinTenPercent) {
+  struct Score {
+    int shapes = 0, good = 0;
+    double worst = 1;
+  };
+  auto score = [this](const std::vector<ClassGemm>& gemms) {
+    std::map<std::string, Score> by;
+    for (const ClassGemm& g : gemms) {
+      double best = 1e30;
+      for (const auto& [name, s] : g.seconds) best = std::min(best, s);
+      const auto it = g.seconds.find(Chosen(g.problem));
+      const double ratio = it == g.seconds.end() ? 1e30 : it->second / best;
+      for (const std::string& k :
+           {std::string(DTypeName(g.problem.dtype)) + " " + g.cls,
+            std::string(DTypeName(g.problem.dtype)) + " all"}) {
+        Score& s = by[k];
+        ++s.shapes;
+        if (ratio <= 1.1) ++s.good;
+        s.worst = std::max(s.worst, ratio);
+      }
+    }
+    return by;
+  };
+  const auto train = score(ReadClassGemms("gemm_classes_seed7.txt"));
+  const auto held_out = score(ReadClassGemms("gemm_classes_seed8.txt"));
+  ASSERT_EQ(held_out.size(), 12u);
+  // dtype and class: within 10% on seed 7, on seed 8.
+  const std::map<std::string, std::pair<int, int>> floor = {
+      {"float32 all", {563, 570}},         {"float32 plain", {195, 194}},
+      {"float32 transposed", {183, 186}},  {"float32 batched", {185, 190}},
+      {"float16 all", {580, 585}},         {"float16 plain", {195, 195}},
+      {"float16 transposed", {189, 192}},  {"float16 batched", {196, 198}},
+      {"bfloat16 all", {575, 574}},        {"bfloat16 plain", {189, 189}},
+      {"bfloat16 transposed", {188, 189}}, {"bfloat16 batched", {198, 196}},
+  };
+  for (const auto& [key, f] : floor) {
+    const Score& t = train.at(key);
+    const Score& h = held_out.at(key);
+    std::printf("%-20s seed 7: %3d of %3d; seed 8: %3d of %3d, worst %.2fx\n",
+                key.c_str(), t.good, t.shapes, h.good, h.shapes, h.worst);
+    EXPECT_GE(t.good, f.first) << key;
+    EXPECT_GE(h.good, f.second) << key;
+  }
 }
 
 }  // namespace
