@@ -375,7 +375,7 @@ TEST_F(SelectionEstimate, Float32LayoutsOfTheSweepWithinTenPercent) {
 }
 
 // Every GEMM class (plain, transposed, batched) in every dtype, from the
-// H200 tune sweeps with TUNE_CLASSES=all (bench/gemm_sweep_data.py): seed 7
+// H200 tune sweeps with TUNE_CLASSES=all (bench/sweep_data.py): seed 7
 // fits, seed 8 scores.
 struct ClassGemm {
   GemmProblem problem;
@@ -458,6 +458,104 @@ TEST_F(SelectionEstimate, GemmsOfEveryClassAndDtypeWithinTenPercent) {
     const Score& t = train.at(key);
     const Score& h = held_out.at(key);
     std::printf("%-20s seed 7: %3d of %3d; seed 8: %3d of %3d, worst %.2fx\n",
+                key.c_str(), t.good, t.shapes, h.good, h.shapes, h.worst);
+    EXPECT_GE(t.good, f.first) << key;
+    EXPECT_GE(h.good, f.second) << key;
+  }
+}
+
+// Every layout class (NCHW->NHWC, NHWC->NCHW, permutations, AoS->SoA,
+// SoA->AoS) in every dtype, from the same sweeps (bench/sweep_data.py).
+struct ClassLayout {
+  PermuteProblem problem;
+  std::string cls;
+  std::map<std::string, double> seconds;  // full variant names
+};
+
+std::vector<ClassLayout> ReadClassLayouts(const std::string& file) {
+  const std::map<std::string, LayoutKind> kinds = {
+      {"nchw_nhwc", LayoutKind::kNchwToNhwc},
+      {"nhwc_nchw", LayoutKind::kNhwcToNchw},
+      {"permutation", LayoutKind::kPermute},
+      {"aos_soa", LayoutKind::kAosToSoa},
+      {"soa_aos", LayoutKind::kSoaToAos}};
+  std::vector<ClassLayout> out;
+  std::ifstream in(std::string(COALESCE_GEMM_SWEEP_DIR) + "/" + file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::vector<std::string> cols = absl::StrSplit(line, '\t');
+    if (cols.size() != 5 || kinds.count(cols[1]) == 0) continue;
+    ClassLayout l;
+    l.cls = cols[1];
+    l.problem.kind = kinds.at(cols[1]);
+    if (!ParseDType(cols[0], &l.problem.dtype)) continue;
+    for (absl::string_view v : absl::StrSplit(cols[2], ',')) {
+      int64_t x = 0;
+      if (absl::SimpleAtoi(v, &x)) l.problem.in_shape.push_back(x);
+    }
+    for (absl::string_view v : absl::StrSplit(cols[3], ',')) {
+      int x = 0;
+      if (absl::SimpleAtoi(v, &x)) l.problem.perm.push_back(x);
+    }
+    for (absl::string_view kv : absl::StrSplit(cols[4], ',')) {
+      const std::vector<std::string> p = absl::StrSplit(kv, '=');
+      double sec = 0;
+      if (p.size() == 2 && absl::SimpleAtod(p[1], &sec)) {
+        l.seconds["convert_layout.cuda." + p[0]] = sec;
+      }
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+// The layout heuristic alone within 10% of the fastest, per dtype and
+// class, on seed 7 and seed 8: at least the figures this model reaches.
+TEST_F(SelectionEstimate, LayoutsOfEveryClassAndDtypeWithinTenPercent) {
+  struct Score {
+    int shapes = 0, good = 0;
+    double worst = 1;
+  };
+  auto score = [this](const std::vector<ClassLayout>& layouts) {
+    std::map<std::string, Score> by;
+    for (const ClassLayout& l : layouts) {
+      double best = 1e30;
+      for (const auto& [name, s] : l.seconds) best = std::min(best, s);
+      const auto it = l.seconds.find(Chosen(l.problem));
+      const double ratio = it == l.seconds.end() ? 1e30 : it->second / best;
+      for (const std::string& k :
+           {std::string(DTypeName(l.problem.dtype)) + " " + l.cls,
+            std::string(DTypeName(l.problem.dtype)) + " all"}) {
+        Score& s = by[k];
+        ++s.shapes;
+        if (ratio <= 1.1) ++s.good;
+        s.worst = std::max(s.worst, ratio);
+      }
+    }
+    return by;
+  };
+  const auto train = score(ReadClassLayouts("layout_classes_seed7.txt"));
+  const auto held_out = score(ReadClassLayouts("layout_classes_seed8.txt"));
+  ASSERT_EQ(held_out.size(), 18u);
+  // dtype and class: within 10% on seed 7, on seed 8. The naive and run-copy
+  // models took permutations from 147-153 and 150-152 to 180-182 and 178,
+  // and their worst ratio from 113-115x to 2.2-2.3x.
+  const std::map<std::string, std::pair<int, int>> floor = {
+      {"float32 all", {926, 927}},        {"float32 nchw_nhwc", {191, 189}},
+      {"float32 nhwc_nchw", {190, 191}},  {"float32 permutation", {180, 178}},
+      {"float32 aos_soa", {182, 186}},    {"float32 soa_aos", {183, 183}},
+      {"float16 all", {910, 918}},        {"float16 nchw_nhwc", {188, 190}},
+      {"float16 nhwc_nchw", {188, 192}},  {"float16 permutation", {182, 178}},
+      {"float16 aos_soa", {175, 181}},    {"float16 soa_aos", {177, 177}},
+      {"bfloat16 all", {912, 922}},       {"bfloat16 nchw_nhwc", {189, 189}},
+      {"bfloat16 nhwc_nchw", {188, 192}}, {"bfloat16 permutation", {182, 178}},
+      {"bfloat16 aos_soa", {178, 182}},   {"bfloat16 soa_aos", {175, 181}},
+  };
+  for (const auto& [key, f] : floor) {
+    const Score& t = train.at(key);
+    const Score& h = held_out.at(key);
+    std::printf("%-22s seed 7: %4d of %4d; seed 8: %4d of %4d, worst %.2fx\n",
                 key.c_str(), t.good, t.shapes, h.good, h.shapes, h.worst);
     EXPECT_GE(t.good, f.first) << key;
     EXPECT_GE(h.good, f.second) << key;

@@ -30,8 +30,10 @@ class LayoutPermuteVariantBase : public LayoutVariant {
                                  const DeviceInfo&) const final {
     return absl::OkStatus();
   }
-  double Efficiency(const Problem& p, const DeviceInfo&) const final {
-    return kernel_.efficiency(Collapse(std::get<PermuteProblem>(p)));
+  double Efficiency(const Problem& p, const DeviceInfo& dev) const final {
+    const PermuteProblem& pp = std::get<PermuteProblem>(p);
+    return kernel_.efficiency(Collapse(pp),
+                              static_cast<int>(ElementSize(pp.dtype)), dev);
   }
   absl::Status RunTyped(const PermuteProblem& p, const Operands& ops,
                         ExecContext& ctx) const final {

@@ -13,9 +13,10 @@ namespace coalesce::cuda {
 
 // One kernel's answers for a collapsed permutation; it runs any.
 struct PermuteKernel {
-  // Fraction of the copy roofline the kernel is expected to reach on c: the
-  // selection heuristic's input.
-  double (*efficiency)(const CollapsedPermutation& c);
+  // Fraction of the copy roofline the kernel is expected to reach on c
+  // with elements of elem_bytes on dev: the selection heuristic's input.
+  double (*efficiency)(const CollapsedPermutation& c, int elem_bytes,
+                       const DeviceInfo& dev);
   absl::Status (*launch)(int elem_bytes, const CollapsedPermutation& c,
                          const void* in, void* out, ExecContext& ctx);
 };
