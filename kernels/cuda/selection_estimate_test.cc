@@ -418,7 +418,9 @@ std::vector<ClassGemm> ReadClassGemms(const std::string& file) {
 // class, on the fit shapes (seed 7) and the held-out ones (seed 8): at
 // least the figures this model reaches (printed with the worst ratio on
 // seed 8). smem_tiled's per-block cost took the batched rows from 180-190
-// to 185-198 of 200 and their worst ratio from 2.96-3.17x to 1.72-1.93x.
+// to 185-198 of 200 and their worst ratio from 2.96-3.17x to 1.72-1.93x;
+// the tensor-core kernels' waves took the 16-bit rows up by 1-3 more and
+// their plain and batched worst ratios to 1.16-1.38x.
 TEST_F(SelectionEstimate, GemmsOfEveryClassAndDtypeWithinTenPercent) {
   struct Score {
     int shapes = 0, good = 0;
@@ -449,10 +451,10 @@ TEST_F(SelectionEstimate, GemmsOfEveryClassAndDtypeWithinTenPercent) {
   const std::map<std::string, std::pair<int, int>> floor = {
       {"float32 all", {563, 570}},         {"float32 plain", {195, 194}},
       {"float32 transposed", {183, 186}},  {"float32 batched", {185, 190}},
-      {"float16 all", {580, 585}},         {"float16 plain", {195, 195}},
-      {"float16 transposed", {189, 192}},  {"float16 batched", {196, 198}},
-      {"bfloat16 all", {575, 574}},        {"bfloat16 plain", {189, 189}},
-      {"bfloat16 transposed", {188, 189}}, {"bfloat16 batched", {198, 196}},
+      {"float16 all", {584, 589}},         {"float16 plain", {196, 196}},
+      {"float16 transposed", {192, 194}},  {"float16 batched", {196, 199}},
+      {"bfloat16 all", {579, 578}},        {"bfloat16 plain", {190, 190}},
+      {"bfloat16 transposed", {191, 191}}, {"bfloat16 batched", {198, 197}},
   };
   for (const auto& [key, f] : floor) {
     const Score& t = train.at(key);

@@ -145,6 +145,24 @@ double TiledGemmFill(const GemmProblem& p, const DeviceInfo& dev, int tile_m,
          static_cast<double>(waves * slots);
 }
 
+double TensorWavesSeconds(const GemmProblem& p, const DeviceInfo& dev,
+                          int tile_m, int tile_n, double wave_seconds,
+                          double peak_fraction) {
+  if (dev.multiprocessors <= 0 || dev.peak_tensor_flops <= 0 ||
+      peak_fraction <= 0) {
+    return 0;
+  }
+  const int64_t tiles =
+      p.batch * ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n);
+  const double waves = static_cast<double>((tiles + dev.multiprocessors - 1) /
+                                           dev.multiprocessors);
+  const double sm_flops =
+      peak_fraction * dev.peak_tensor_flops / dev.multiprocessors;
+  const double per_k = 2.0 * tile_m * tile_n / sm_flops;
+  return kGpuLaunchSeconds +
+         waves * (wave_seconds + static_cast<double>(p.k) * per_k);
+}
+
 double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak) {
   return p.dtype == DType::kFloat32 ? fraction_of_16bit_peak / 2
                                     : fraction_of_16bit_peak;

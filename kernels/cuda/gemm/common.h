@@ -77,6 +77,16 @@ double TensorEfficiency(const GemmProblem& p, double fraction_of_16bit_peak);
 double TiledGemmFill(const GemmProblem& p, const DeviceInfo& dev, int tile_m,
                      int tile_n, int ctas_per_sm);
 
+// A tensor-core kernel running one tile_m x tile_n tile per CTA and one CTA
+// per SM, its tiles in waves over the SMs, each wave a fixed latency
+// (filling the pipeline, the epilogue's stores) plus its K steps at
+// peak_fraction of an SM's share of the tensor peak: a launch plus the
+// waves one after another. 0 where the device's SMs or peak are unknown.
+// The roofline misses this for short K, where the fixed part dominates.
+double TensorWavesSeconds(const GemmProblem& p, const DeviceInfo& dev,
+                          int tile_m, int tile_n, double wave_seconds,
+                          double peak_fraction);
+
 // Whether the sweep that calibrated the GEMM estimates found a problem's
 // operands in HBM rather than in L2: when its minimum bytes exceed 1% of the
 // L2. Selector::Measure times a shape over up to 64 rotating buffer sets, and
