@@ -31,9 +31,6 @@ for files in "deploy/docker-compose.yml" \
   log "compose: $files valid"
 done
 
-cmp deploy/tuning/nvidia-h200.txt deploy/k8s/overlays/gpu/nvidia-h200.txt ||
-  { log "deploy/k8s/overlays/gpu/nvidia-h200.txt differs from deploy/tuning/"; exit 1; }
-
 venv="$build/deploy-venv"
 if [ ! -x "$venv/bin/kubernetes-validate" ]; then
   python3 -m venv "$venv"
