@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Packs the GEMM or layout shapes of H200 tune sweeps into
+"""Packs the GEMM, layout or transpose shapes of H200 tune sweeps into
 selection_estimate_test's testdata: every class and dtype of one phase, one
 line per shape with every eligible variant's measured seconds.
 
@@ -7,6 +7,8 @@ line per shape with every eligible variant's measured seconds.
       > kernels/cuda/testdata/gemm_classes_seed7.txt
   python3 bench/sweep_data.py OUT/shapes-heuristic-layout*.tsv \\
       > kernels/cuda/testdata/layout_classes_seed7.txt
+  python3 bench/sweep_data.py OUT/shapes-heuristic-transpose*.tsv \\
+      > kernels/cuda/testdata/transpose_classes_seed7.txt
 
 Input: `coalesce tune --shapes_out` files (shape, key, automatic choice,
 source, variant=seconds fastest first); the op and dtype come from the key.
@@ -14,6 +16,7 @@ Output lines, the variants' short names (op.cuda. left out), four
 significant digits:
   GEMM:   DTYPE<TAB>M,N,K,BATCH,TRANS_A,TRANS_B<TAB>variant=seconds,...
   layout: DTYPE<TAB>CLASS<TAB>IN_SHAPE<TAB>PERM<TAB>variant=seconds,...
+  transpose: DTYPE<TAB>BATCH,ROWS,COLS<TAB>variant=seconds,...
 (CLASS: nchw_nhwc, nhwc_nchw, permutation, aos_soa or soa_aos). Plain
 Python 3.
 """
@@ -54,8 +57,13 @@ def convert(path):
         elif op == "convert_layout":
             cls, shape, perm = layout_problem(dims, settings)
             yield "%s\t%s\t%s\t%s\t%s" % (dtype, cls, shape, perm, times)
+        elif op == "transpose":
+            d = dims.split(",")
+            if len(d) == 2:
+                d = ["1"] + d
+            yield "%s\t%s\t%s" % (dtype, ",".join(d), times)
         else:
-            sys.exit("%s: op %s is neither gemm nor convert_layout" %
+            sys.exit("%s: op %s is not gemm, convert_layout or transpose" %
                      (path, op))
 
 

@@ -564,5 +564,82 @@ TEST_F(SelectionEstimate, LayoutsOfEveryClassAndDtypeWithinTenPercent) {
   }
 }
 
+// Transposes, 2-D and batched, in every dtype, from the same sweeps
+// (bench/sweep_data.py): the heuristic alone within 10% and within 5% of the
+// fastest on seed 7 and seed 8, at least the figures this model reaches.
+TEST_F(SelectionEstimate, TransposesOfEveryClassAndDtypeWithinTenPercent) {
+  struct Score {
+    int shapes = 0, good = 0, close = 0;
+    double worst = 1;
+  };
+  auto score = [this](const std::string& file) {
+    std::map<std::string, Score> by;
+    std::ifstream in(std::string(COALESCE_GEMM_SWEEP_DIR) + "/" + file);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const std::vector<std::string> cols = absl::StrSplit(line, '\t');
+      TransposeProblem p;
+      std::vector<int64_t> d;
+      for (absl::string_view v : absl::StrSplit(cols.at(1), ',')) {
+        int64_t x = 0;
+        if (absl::SimpleAtoi(v, &x)) d.push_back(x);
+      }
+      if (cols.size() != 3 || !ParseDType(cols[0], &p.dtype) || d.size() != 3) {
+        continue;
+      }
+      p.batch = d[0];
+      p.rows = d[1];
+      p.cols = d[2];
+      std::map<std::string, double> seconds;
+      double best = 1e30;
+      for (absl::string_view kv : absl::StrSplit(cols[2], ',')) {
+        const std::vector<std::string> f = absl::StrSplit(kv, '=');
+        double sec = 0;
+        if (f.size() == 2 && absl::SimpleAtod(f[1], &sec)) {
+          seconds["transpose.cuda." + f[0]] = sec;
+          best = std::min(best, sec);
+        }
+      }
+      const auto it = seconds.find(Chosen(p));
+      const double ratio = it == seconds.end() ? 1e30 : it->second / best;
+      for (const std::string& k : {std::string(DTypeName(p.dtype)) +
+                                       (p.batch > 1 ? " batched" : " 2d"),
+                                   std::string(DTypeName(p.dtype)) + " all"}) {
+        Score& s = by[k];
+        ++s.shapes;
+        if (ratio <= 1.1) ++s.good;
+        if (ratio <= 1.05) ++s.close;
+        s.worst = std::max(s.worst, ratio);
+      }
+    }
+    return by;
+  };
+  const auto train = score("transpose_classes_seed7.txt");
+  const auto held_out = score("transpose_classes_seed8.txt");
+  ASSERT_EQ(held_out.size(), 9u);
+  // dtype and class: within 10% on seed 7, on seed 8. The 16-bit call costs
+  // of naive and vec16_wide took the 16-bit rows from 368-373 to 393 of 400
+  // on seed 8 (fitted on seed 7: 370-372 to 389-390).
+  const std::map<std::string, std::pair<int, int>> floor = {
+      {"float32 all", {392, 394}},      {"float32 2d", {196, 197}},
+      {"float32 batched", {196, 197}},  {"float16 all", {390, 393}},
+      {"float16 2d", {198, 197}},       {"float16 batched", {192, 196}},
+      {"bfloat16 all", {389, 393}},     {"bfloat16 2d", {196, 198}},
+      {"bfloat16 batched", {193, 195}},
+  };
+  for (const auto& [key, f] : floor) {
+    const Score& t = train.at(key);
+    const Score& h = held_out.at(key);
+    std::printf(
+        "%-18s seed 7: %3d (%3d) of %3d; seed 8: %3d (%3d) of %3d, worst "
+        "%.2fx\n",
+        key.c_str(), t.good, t.close, t.shapes, h.good, h.close, h.shapes,
+        h.worst);
+    EXPECT_GE(t.good, f.first) << key;
+    EXPECT_GE(h.good, f.second) << key;
+  }
+}
+
 }  // namespace
 }  // namespace coalesce

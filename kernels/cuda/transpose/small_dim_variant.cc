@@ -16,7 +16,7 @@ class TransposeSmallDimVariant final : public TransposeVariantBase {
 
  protected:
   // Its median is 0: on small shapes the block count below sets its cost.
-  double CallSeconds() const override { return 0; }
+  double CallSeconds(int) const override { return 0; }
   double ShapeEfficiency(const TransposeShape& s,
                          const DeviceInfo& dev) const override {
     return TransposeVariantBase::ShapeEfficiency(s, dev) *

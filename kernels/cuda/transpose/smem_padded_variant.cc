@@ -16,7 +16,7 @@ class TransposeSmemPaddedVariant final : public TransposeVariantBase {
   }
 
  protected:
-  double CallSeconds() const override { return 0.13e-6; }
+  double CallSeconds(int) const override { return 0.13e-6; }
 };
 
 }  // namespace

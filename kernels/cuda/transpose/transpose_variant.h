@@ -16,21 +16,25 @@ class TransposeVariantBase
                           BackendKind::kCuda> {
  public:
   double EstimateSeconds(const Problem& p, const DeviceInfo& dev) const final {
-    return KernelVariant::EstimateSeconds(p, dev) + CallSeconds();
+    return KernelVariant::EstimateSeconds(p, dev) +
+           CallSeconds(static_cast<int>(
+               ElementSize(std::get<TransposeProblem>(p).dtype)));
   }
 
  protected:
   explicit TransposeVariantBase(const TransposeKernel& kernel)
       : kernel_(kernel) {}
 
-  // What a call costs on top of naive's, where the bytes take no time: the
-  // median difference from naive's time over the H200 sweep's shapes under
-  // 1 MB (kernels/cuda/testdata/transpose_selection_seed7.txt, from
-  // TUNE_OPS=transpose scripts/gpu-check.sh OUT tune). The kernels launched
+  // What a call of elem_bytes-sized elements costs on top of naive's
+  // float32 call, where the bytes take no time: for float32, the median
+  // difference from naive's time over the H200 sweep's shapes under 1 MB
+  // (kernels/cuda/testdata/transpose_selection_seed7.txt, from
+  // TUNE_OPS=transpose scripts/gpu-check.sh OUT tune); the kernels launched
   // with an early start (vec16, vec16_wide, tma) pay 0.3-1 us for it there.
+  // 16-bit costs differ only where the 16-bit sweeps' fit moved them.
   // selection_estimate_test checks the choices these costs give against
-  // that sweep.
-  virtual double CallSeconds() const = 0;
+  // the sweeps.
+  virtual double CallSeconds(int elem_bytes) const = 0;
   // The kernel's efficiency on s, on dev.
   virtual double ShapeEfficiency(const TransposeShape& s,
                                  const DeviceInfo& dev) const {

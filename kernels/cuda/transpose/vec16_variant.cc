@@ -15,7 +15,7 @@ class TransposeVec16Variant final : public TransposeVariantBase {
   }
 
  protected:
-  double CallSeconds() const override { return 0.39e-6; }
+  double CallSeconds(int) const override { return 0.39e-6; }
 };
 
 }  // namespace
