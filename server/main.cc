@@ -173,9 +173,9 @@ ABSL_FLAG(int64_t, grpc_memory_bytes, 0,
 ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
           "HTTP/2 streams (concurrent RPCs) one connection may carry");
 ABSL_FLAG(int32_t, max_in_flight, 0,
-          "ops the device runs at once; on a GPU each has a stream and 16 "
-          "MiB of pinned staging of its own; 0: the backend's own figure (4 "
-          "on a GPU, 2 on the CPU)");
+          "launches the device runs at once (a batch of requests is one); "
+          "on a GPU each has a stream and 16 MiB of pinned staging of its "
+          "own; 0: the backend's own figure (4 on a GPU, 2 on the CPU)");
 ABSL_FLAG(int64_t, max_queue_requests, 1024,
           "ops that may wait for the device, all clients together; past it "
           "a request is refused at once with RESOURCE_EXHAUSTED");

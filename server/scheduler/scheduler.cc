@@ -47,6 +47,7 @@ absl::Status Scheduler::Submit(Job job) {
         (job.batch_key.empty() ||
          options_.batch_max_delay <= absl::ZeroDuration())) {
       ++in_flight_;
+      ++running_;
       ++direct_runs_;
       outstanding_seconds_ += job.seconds;
       direct.push_back(
@@ -95,6 +96,7 @@ void Scheduler::Enqueue(Job job) {
 }
 
 void Scheduler::EndedLocked(int64_t started, double seconds) {
+  --running_;
   in_flight_ -= started;
   outstanding_seconds_ -= seconds;
   // Sums of doubles drift: nothing outstanding is exactly nothing.
@@ -183,6 +185,7 @@ void Scheduler::WorkerLoop() {
       batch.push_back(PopNextLocked());
       // Counted in flight while the batch waits to fill: it holds a worker.
       ++in_flight_;
+      ++running_;
       FillBatchLocked(batch);
       started = static_cast<int64_t>(batch.size());
       in_flight_ += started - 1;

@@ -38,7 +38,8 @@
 namespace coalesce {
 
 struct SchedulerOptions {
-  // Jobs running at once; one thread each. Values below 1 mean 1.
+  // Starts running at once, each a job or a whole batch; one thread each
+  // (direct runs take one too). Values below 1 mean 1.
   int max_in_flight = 4;
   // Jobs waiting, all identities together.
   int64_t max_queue_requests = 1024;
@@ -166,13 +167,12 @@ class Scheduler {
   Waiting PopFrontLocked(const std::string& identity)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Returns a batch's slots and outstanding seconds.
+  // Returns a start's slot, its jobs and their outstanding seconds.
   void EndedLocked(int64_t started, double seconds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A free slot: jobs run directly by their submitters hold slots too.
   bool WorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return (!turns_.empty() && fillers_ == 0 && in_flight_ < slots_) ||
-           stopping_;
+    return (!turns_.empty() && fillers_ == 0 && running_ < slots_) || stopping_;
   }
   bool NothingRuns() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return in_flight_ == 0;
@@ -184,7 +184,7 @@ class Scheduler {
 
   const std::string name_;
   const SchedulerOptions options_;
-  // Jobs running at once: max(options_.max_in_flight, 1).
+  // Starts running at once (a batch is one): max(options_.max_in_flight, 1).
   const int64_t slots_;
 
   mutable absl::Mutex mu_;
@@ -201,7 +201,11 @@ class Scheduler {
   int fillers_ ABSL_GUARDED_BY(mu_) = 0;
   // Jobs submitted so far: a batch that waits for more watches it.
   int64_t submissions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Jobs started and not ended (a batch counts each of its jobs).
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Starts in progress, each a job or a whole batch on a worker or a direct
+  // run: what the slots bound.
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t direct_runs_ ABSL_GUARDED_BY(mu_) = 0;
   double outstanding_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   // Drain began: Submit refuses.
