@@ -21,7 +21,11 @@ significant digits:
 Python 3.
 """
 
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from selection_score import read_shapes  # noqa: E402
 
 
 def layout_problem(dims, settings):
@@ -37,17 +41,12 @@ def layout_problem(dims, settings):
 
 
 def convert(path):
-    for line in open(path):
-        if line.startswith("#") or not line.strip():
-            continue
-        label, key, _, _, measured = line.rstrip("\n").split("\t")
-        dims, *flags = label.split(" ")
+    for shape in read_shapes(path):
+        dims, *flags = shape.label.split(" ")
         settings = dict(f.split("=", 1) for f in flags)
-        op, dtype = key.split("|")[:2]
-        times = ",".join(
-            "%s=%.4g" % (name.rpartition(".")[2], float(seconds))
-            for name, _, seconds in (kv.rpartition("=")
-                                     for kv in measured.split(",")))
+        op, dtype = shape.key.split("|")[:2]
+        times = ",".join("%s=%.4g" % (name.rpartition(".")[2], seconds)
+                         for name, seconds in shape.measured)
         if op == "gemm":
             m, n, k = dims.split(",")
             yield "%s\t%s,%s,%s,%s,%s,%s\t%s" % (
