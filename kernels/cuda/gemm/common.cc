@@ -12,6 +12,12 @@ bool Multiple(const void* p, int bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
 }
 
+// The output tiles of a tile_m x tile_n tiled GEMM, every batch.
+int64_t OutputTiles(const GemmProblem& p, int tile_m, int tile_n) {
+  return p.batch * ((p.m + tile_m - 1) / tile_m) *
+         ((p.n + tile_n - 1) / tile_n);
+}
+
 }  // namespace
 
 absl::Status CheckGemmCommon(absl::string_view variant, const GemmProblem& p,
@@ -126,8 +132,7 @@ double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
           ? padded_flops /
                 (std::clamp(c.efficiency, 1e-3, 1.0) * dev.peak_fp32_flops)
           : 0;
-  const double blocks = batch * static_cast<double>(up(p.m, c.tile_m)) *
-                        static_cast<double>(up(p.n, c.tile_n));
+  const double blocks = static_cast<double>(OutputTiles(p, c.tile_m, c.tile_n));
   const double blocks_per_sm = blocks / std::max(dev.multiprocessors, 1);
   return kGpuLaunchSeconds + c.extra_seconds + steps * step + t_math +
          blocks_per_sm * c.block_seconds;
@@ -137,8 +142,7 @@ double TiledGemmFill(const GemmProblem& p, const DeviceInfo& dev, int tile_m,
                      int tile_n, int ctas_per_sm) {
   const double utilization = TileUtilization(p.m, p.n, tile_m, tile_n);
   if (dev.multiprocessors <= 0 || ctas_per_sm <= 0) return utilization;
-  const int64_t tiles =
-      p.batch * ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n);
+  const int64_t tiles = OutputTiles(p, tile_m, tile_n);
   const int64_t slots = int64_t{dev.multiprocessors} * ctas_per_sm;
   const int64_t waves = (tiles + slots - 1) / slots;
   return utilization * static_cast<double>(tiles) /
@@ -152,8 +156,7 @@ double TensorWavesSeconds(const GemmProblem& p, const DeviceInfo& dev,
       peak_fraction <= 0) {
     return 0;
   }
-  const int64_t tiles =
-      p.batch * ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n);
+  const int64_t tiles = OutputTiles(p, tile_m, tile_n);
   const double waves = static_cast<double>((tiles + dev.multiprocessors - 1) /
                                            dev.multiprocessors);
   const double sm_flops =
