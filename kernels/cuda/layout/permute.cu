@@ -152,35 +152,48 @@ absl::Status LaunchNaiveTyped(const CollapsedPermutation& c, const void* in,
   return absl::OkStatus();
 }
 
+// How the run copy splits the rows of c (elements of elem_bytes): 16-byte
+// vectors where a row is whole vectors, else elements; a block for each
+// chunk of kRunChunk of them. The launch and the estimate both read it.
+struct RunCopyPlan {
+  bool vectors = false;  // 16-byte pieces
+  int64_t run = 0;       // a row, in pieces
+  int64_t chunks_per_run = 0;
+  int64_t blocks = 0;
+};
+
+RunCopyPlan PlanRunCopy(const CollapsedPermutation& c, int elem_bytes) {
+  const int64_t run = c.in_shape.back();
+  RunCopyPlan plan;
+  plan.vectors = (run * elem_bytes) % 16 == 0;
+  plan.run = plan.vectors ? run * elem_bytes / 16 : run;
+  plan.chunks_per_run = CeilDiv(plan.run, kRunChunk);
+  const int64_t rows = run > 0 ? NumElements(c.in_shape) / run : 0;
+  plan.blocks = rows * plan.chunks_per_run;
+  return plan;
+}
+
 // The innermost dim stays: runs of it copied whole.
 template <typename T>
 void LaunchRunCopy(const CollapsedPermutation& c, const void* in_v, void* out_v,
                    ExecContext& ctx) {
-  const T* in = static_cast<const T*>(in_v);
-  T* out = static_cast<T*>(out_v);
   cudaStream_t stream = StreamOf(ctx);
   const PermParams pp = MakePermParams(c);
-  const int k = pp.rank;
-  const int64_t total = NumElements(c.in_shape);
-  const int64_t run = c.in_shape[k - 1];
-  if ((run * sizeof(T)) % 16 == 0) {
-    const int64_t vrun = run * sizeof(T) / 16;
+  const RunCopyPlan plan = PlanRunCopy(c, static_cast<int>(sizeof(T)));
+  const dim3 grid(GridFor(plan.blocks));
+  if (plan.vectors) {
     PermParams vp = pp;
-    for (int i = 0; i < k; ++i) {
+    for (int i = 0; i < pp.rank; ++i) {
       vp.in_stride_of_out[i] = pp.in_stride_of_out[i] * sizeof(T) / 16;
     }
-    const int64_t cpr = CeilDiv(vrun, kRunChunk);
-    const int64_t blocks = (total / run) * cpr;
-    const dim3 grid(GridFor(blocks));
     CopyRunsKernel<uint4><<<grid, 256, 0, stream>>>(
-        static_cast<const uint4*>(in_v), static_cast<uint4*>(out_v), vp, vrun,
-        cpr, blocks);
+        static_cast<const uint4*>(in_v), static_cast<uint4*>(out_v), vp,
+        plan.run, plan.chunks_per_run, plan.blocks);
     RecordLaunch(CopyRunsKernel<uint4>, grid, dim3(256), 0, ctx);
   } else {
-    const int64_t cpr = CeilDiv(run, kRunChunk);
-    const int64_t blocks = (total / run) * cpr;
-    const dim3 grid(GridFor(blocks));
-    CopyRunsKernel<T><<<grid, 256, 0, stream>>>(in, out, pp, run, cpr, blocks);
+    CopyRunsKernel<T><<<grid, 256, 0, stream>>>(
+        static_cast<const T*>(in_v), static_cast<T*>(out_v), pp, plan.run,
+        plan.chunks_per_run, plan.blocks);
     RecordLaunch(CopyRunsKernel<T>, grid, dim3(256), 0, ctx);
   }
 }
@@ -279,18 +292,13 @@ double TiledEfficiency(const CollapsedPermutation& c, int elem_bytes,
   if (KeepsInnermost(c)) {
     const double bw = RooflineBandwidth(dev);
     if (bw <= 0 || dev.multiprocessors <= 0) return kRunCopyEfficiency;
-    const int64_t run = c.in_shape.back();
-    const int64_t rows = run > 0 ? NumElements(c.in_shape) / run : 0;
-    if (rows == 0) return kRunCopyEfficiency;
-    // As LaunchRunCopy: 16-byte vectors where the row allows.
-    const int64_t vrun =
-        (run * elem_bytes) % 16 == 0 ? run * elem_bytes / 16 : run;
-    const double blocks = static_cast<double>(rows) *
-                          static_cast<double>(CeilDiv(vrun, kRunChunk));
+    const RunCopyPlan plan = PlanRunCopy(c, elem_bytes);
+    if (plan.blocks == 0) return kRunCopyEfficiency;
     const double bytes =
-        2.0 * static_cast<double>(run) * static_cast<double>(rows) * elem_bytes;
+        2.0 * static_cast<double>(NumElements(c.in_shape)) * elem_bytes;
     const double seconds = bytes / (kRunCopyEfficiency * bw) +
-                           blocks / dev.multiprocessors * kRunCopyBlockSeconds;
+                           static_cast<double>(plan.blocks) /
+                               dev.multiprocessors * kRunCopyBlockSeconds;
     return bytes / bw / seconds;
   }
   // Transposing layouts of 16 MB and more measured on the H200
