@@ -129,6 +129,13 @@ std::vector<Problem> ExtraProblems(OpKind op, DType t) {
     add({6, 10, 12, 14, 16}, {4, 1, 3, 0, 2}, LayoutKind::kPermute);
     add({3, 5, 7, 64, 2, 3}, {5, 4, 3, 2, 1, 0}, LayoutKind::kPermute);
     add({8, 33, 40}, {1, 0, 2}, LayoutKind::kPermute);
+    // The run copy's paths: rows of 6 and 3 elements (8-, 4-byte or
+    // single-element pieces), rows long enough for a block per chunk, and a
+    // size-1 axis moved (a plain copy).
+    add({5, 7, 6}, {1, 0, 2}, LayoutKind::kPermute);
+    add({5, 7, 3}, {1, 0, 2}, LayoutKind::kPermute);
+    add({3, 2, 8192}, {1, 0, 2}, LayoutKind::kPermute);
+    add({1, 64, 100}, {1, 0, 2}, LayoutKind::kPermute);
   }
   if (op == OpKind::kGemm) {
     for (Problem& p : GemmExtraProblems(t)) out.push_back(std::move(p));
