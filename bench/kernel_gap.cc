@@ -19,16 +19,28 @@
 //             exit to this kernel's first block entry (negative: it started
 //             early), to its first block released from the wait, and from
 //             that release to its own last block exit (the data phase)
+//   submit    one request as a server lane submits it, one after another:
+//             pinned staging to device, a copy kernel, device to staging,
+//             then a host wait; wall time per request and host time to
+//             submit, for plain stream calls (with and without the lane's
+//             four timing events) against a CUDA graph of the same work,
+//             replayed as is and re-captured with new buffers each time
+//             (cudaGraphExecUpdate), at 1 KiB and 64 KiB each way
+// --parts picks among empty, copy and submit (the peak is always measured).
 // A progress line goes to stderr per measurement; the table goes to stdout.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -45,6 +57,10 @@
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this path");
 ABSL_FLAG(int, chain, 64, "launches per captured chain");
 ABSL_FLAG(int, rounds, 5, "chains timed per measurement (median reported)");
+ABSL_FLAG(std::vector<std::string>, parts,
+          std::vector<std::string>({"empty", "copy", "submit"}),
+          "what to measure: empty, copy, submit");
+ABSL_FLAG(int, requests, 2000, "requests timed per submit measurement");
 
 namespace coalesce {
 namespace {
@@ -199,12 +215,162 @@ std::string TimelineJson(const Timeline& t) {
       t.entry_us, t.release_us, t.data_us, t.period_us, t.tick_ns);
 }
 
+// Pinned host memory freed on every exit path.
+struct PinnedMemory {
+  std::vector<void*> blocks;
+  ~PinnedMemory() {
+    for (void* p : blocks) cudaFreeHost(p);
+  }
+  absl::StatusOr<void*> Alloc(int64_t bytes) {
+    void* p = nullptr;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, bytes, 0));
+    blocks.push_back(p);
+    return p;
+  }
+};
+
+// One request after another as a server lane submits an inline one
+// (kernels/cuda/cuda_backend.cc): pinned staging to device, the kernel (a
+// copy), device to staging, an event and a host wait on it. Modes: plain
+// stream calls without and with the lane's timing events; a CUDA graph of
+// the same work (events as nodes) replayed as is, which is the least a
+// graph can cost; and re-captured each time over alternating buffers and
+// swapped in by cudaGraphExecUpdate, as requests whose buffers change would
+// need. Returns the JSON member; prints the table.
+absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
+  using Clock = std::chrono::steady_clock;
+  const int requests = std::max(10, absl::GetFlag(FLAGS_requests));
+  const int warmup = std::max(10, requests / 20);
+  cudaStream_t stream = p.stream();
+  cudaEvent_t ev[4] = {};
+  struct Events {
+    cudaEvent_t* ev;
+    ~Events() {
+      for (int i = 0; i < 4; ++i) cudaEventDestroy(ev[i]);
+    }
+  } events_guard{ev};
+  for (cudaEvent_t& e : ev) {
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  }
+  absl::PrintF("\n%12s %-30s %9s %9s\n", "bytes each", "one request (median)",
+               "wall us", "submit us");
+  std::vector<std::string> rows;
+  for (const int64_t bytes : {int64_t{1024}, int64_t{65536}}) {
+    PinnedMemory pinned;
+    DeviceMemory device;
+    COALESCE_ASSIGN_OR_RETURN(void* hin, pinned.Alloc(bytes));
+    COALESCE_ASSIGN_OR_RETURN(void* hout, pinned.Alloc(bytes));
+    void* din[2];
+    void* dout[2];
+    for (int set = 0; set < 2; ++set) {
+      COALESCE_ASSIGN_OR_RETURN(din[set], device.Alloc(bytes));
+      COALESCE_ASSIGN_OR_RETURN(dout[set], device.Alloc(bytes));
+    }
+    auto* in_bytes = static_cast<unsigned char*>(hin);
+    for (int64_t i = 0; i < bytes; ++i) {
+      in_bytes[i] = static_cast<unsigned char>((i * 2654435761u) >> 24);
+    }
+    // The request's work on the stream; captured, the events become nodes.
+    const auto enqueue = [&](int set, bool events,
+                             bool captured) -> absl::Status {
+      const auto record = [&](cudaEvent_t e) {
+        return captured ? cudaEventRecordWithFlags(e, stream,
+                                                   cudaEventRecordExternal)
+                        : cudaEventRecord(e, stream);
+      };
+      if (events) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[0]));
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          din[set], hin, bytes, cudaMemcpyHostToDevice, stream));
+      if (events) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[1]));
+      COALESCE_RETURN_IF_ERROR(
+          cuda::LaunchCopy(3, din[set], dout[set], bytes, stream));
+      if (events) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[2]));
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          hout, dout[set], bytes, cudaMemcpyDeviceToHost, stream));
+      return absl::OkStatus();
+    };
+    const auto capture = [&](int set) -> absl::StatusOr<cudaGraph_t> {
+      cudaGraph_t graph = nullptr;
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const absl::Status st = enqueue(set, true, true);
+      const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+      COALESCE_RETURN_IF_ERROR(st);
+      COALESCE_CUDA_RETURN_IF_ERROR(end);
+      return graph;
+    };
+    cudaGraphExec_t exec = nullptr;
+    {
+      COALESCE_ASSIGN_OR_RETURN(cudaGraph_t graph, capture(0));
+      const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      COALESCE_CUDA_RETURN_IF_ERROR(inst);
+    }
+    struct ExecGuard {
+      cudaGraphExec_t e;
+      ~ExecGuard() { cudaGraphExecDestroy(e); }
+    } exec_guard{exec};
+    const std::pair<const char*, std::function<absl::Status(int)>> modes[] = {
+        {"stream calls", [&](int) { return enqueue(0, false, false); }},
+        {"stream calls, lane events",
+         [&](int) { return enqueue(0, true, false); }},
+        {"graph replayed",
+         [&](int) {
+           return CudaStatus(cudaGraphLaunch(exec, stream), "cudaGraphLaunch",
+                             __FILE__, __LINE__);
+         }},
+        {"graph re-captured, updated",
+         [&](int r) -> absl::Status {
+           COALESCE_ASSIGN_OR_RETURN(cudaGraph_t graph, capture(r & 1));
+           cudaGraphExecUpdateResultInfo info{};
+           const cudaError_t up = cudaGraphExecUpdate(exec, graph, &info);
+           cudaGraphDestroy(graph);
+           COALESCE_CUDA_RETURN_IF_ERROR(up);
+           return CudaStatus(cudaGraphLaunch(exec, stream), "cudaGraphLaunch",
+                             __FILE__, __LINE__);
+         }},
+    };
+    for (const auto& [name, submit] : modes) {
+      absl::FPrintF(stderr, "[submit] %d bytes each way: %s...\n", bytes, name);
+      std::memset(hout, 0xff, bytes);
+      std::vector<double> wall, host;
+      for (int r = 0; r < warmup + requests; ++r) {
+        const Clock::time_point t0 = Clock::now();
+        COALESCE_RETURN_IF_ERROR(submit(r));
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[3], stream));
+        const Clock::time_point t1 = Clock::now();
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ev[3]));
+        const Clock::time_point t2 = Clock::now();
+        if (r < warmup) continue;
+        host.push_back(
+            std::chrono::duration<double, std::micro>(t1 - t0).count());
+        wall.push_back(
+            std::chrono::duration<double, std::micro>(t2 - t0).count());
+      }
+      if (std::memcmp(hout, hin, bytes) != 0) {
+        return absl::InternalError(absl::StrCat(
+            name, ": the request's output differs from its input"));
+      }
+      absl::PrintF("%12d %-30s %9.2f %9.2f\n", bytes, name, Median(wall),
+                   Median(host));
+      rows.push_back(absl::StrFormat(
+          "{\"bytes_each_way\":%d,\"mode\":\"%s\",\"wall_us\":%.3f,"
+          "\"submit_us\":%.3f}",
+          bytes, name, Median(wall), Median(host)));
+    }
+  }
+  return absl::StrCat("\"submit\":{\"requests\":", requests, ",\"rows\":[",
+                      absl::StrJoin(rows, ","), "]}");
+}
+
 absl::Status Run() {
   const int chain = std::max(4, absl::GetFlag(FLAGS_chain));
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   COALESCE_ASSIGN_OR_RETURN(Prober p, Prober::Create());
   std::vector<std::string> json;
-  absl::FPrintF(stderr, "[1/4] copy peak (as at server start-up)...\n");
+  const std::vector<std::string> parts = absl::GetFlag(FLAGS_parts);
+  const absl::flat_hash_set<std::string> want(parts.begin(), parts.end());
+  absl::FPrintF(stderr, "[peak] copy peak (as at server start-up)...\n");
   const int64_t probe = std::min<int64_t>(1024 * kMiB, p.memory_bytes() / 8);
   COALESCE_ASSIGN_OR_RETURN(const double peak,
                             cuda::MeasureCopyBandwidth(probe, 10, p.stream()));
@@ -245,127 +411,137 @@ absl::Status Run() {
     return Median(s);
   };
 
-  absl::FPrintF(stderr, "[2/4] empty kernels...\n");
-  absl::PrintF("%-28s %9s %9s %9s %9s %9s %7s\n", "back to back", "us/launch",
-               "entry", "release", "data", "period", "tick");
-  std::vector<std::string> empties;
-  for (bool early : {false, true}) {
-    Timeline tl;
-    COALESCE_ASSIGN_OR_RETURN(const double s,
-                              timed(
-                                  [&](int k) {
-                                    return cuda::LaunchStampedEmpty(
-                                        early, stamps_of(k), p.stream());
-                                  },
-                                  &tl));
-    const char* what = early ? "empty, early start" : "empty, plain launch";
-    absl::PrintF("%-28s %9.3f %9.3f %9.3f %9.3f %9.3f %5.0fns\n", what, s * 1e6,
-                 tl.entry_us, tl.release_us, tl.data_us, tl.period_us,
-                 tl.tick_ns);
-    empties.push_back(absl::StrFormat("{\"early_start\":%s,\"us\":%.3f,%s}",
-                                      early ? "true" : "false", s * 1e6,
-                                      TimelineJson(tl)));
-  }
-  json.push_back(absl::StrCat("\"empty\":[", absl::StrJoin(empties, ","), "]"));
-
-  // Copies: the [8,512,28,28] layouts' sizes among powers of two.
-  std::vector<int64_t> sizes;
-  for (int64_t s = kMiB; s <= 256 * kMiB; s *= 2) sizes.push_back(s);
-  sizes.push_back(8 * 512 * 28 * 28 * 2);
-  sizes.push_back(8 * 512 * 28 * 28 * 4);
-  std::sort(sizes.begin(), sizes.end());
-  absl::PrintF("\n%12s %6s %9s %9s %9s %9s\n", "bytes each", "config",
-               "us/launch", "x peak", "at peak", "excess");
-  std::vector<std::string> copies;
-  std::vector<double> fit_x, fit_y;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t bytes = sizes[i];
-    absl::FPrintF(stderr, "[3/4] copy %zu/%zu: %d bytes each way...\n", i + 1,
-                  sizes.size(), bytes);
-    const int sets = RotationSets(bytes, p.l2_bytes(), chain);
-    DeviceMemory bufs;
-    std::vector<void*> in(sets), out(sets);
-    for (int s = 0; s < sets; ++s) {
-      COALESCE_ASSIGN_OR_RETURN(in[s], bufs.Alloc(bytes));
-      COALESCE_ASSIGN_OR_RETURN(out[s], bufs.Alloc(bytes));
-      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemset(in[s], 0x3c, bytes));
-      COALESCE_CUDA_RETURN_IF_ERROR(cudaMemset(out[s], 0xff, bytes));
-    }
-    double best = 0;
-    int best_config = 0;
-    std::vector<std::string> per_config;
-    for (int c = 0; c < cuda::kCopyConfigs; ++c) {
-      COALESCE_ASSIGN_OR_RETURN(const double s, timed(
-                                                    [&](int k) {
-                                                      return cuda::LaunchCopy(
-                                                          c, in[k % sets],
-                                                          out[k % sets], bytes,
-                                                          p.stream());
-                                                    },
-                                                    nullptr));
-      per_config.push_back(absl::StrFormat("%.3f", s * 1e6));
-      if (best == 0 || s < best) {
-        best = s;
-        best_config = c;
-      }
-    }
-    const double at_peak = 2.0 * bytes / peak;
-    absl::PrintF("%12d %6d %9.3f %9.3f %9.3f %9.3f\n", bytes, best_config,
-                 best * 1e6, at_peak / best, at_peak * 1e6,
-                 (best - at_peak) * 1e6);
-    if (bytes <= 64 * kMiB) {
-      fit_x.push_back(2.0 * bytes);
-      fit_y.push_back(best);
-    }
-    std::string entry = absl::StrFormat(
-        "{\"bytes_each_way\":%d,\"sets\":%d,\"config_us\":[%s],"
-        "\"best_config\":%d,\"us\":%.3f,\"frac_peak\":%.4f,"
-        "\"at_peak_us\":%.3f,\"excess_us\":%.3f",
-        bytes, sets, absl::StrJoin(per_config, ","), best_config, best * 1e6,
-        at_peak / best, at_peak * 1e6, (best - at_peak) * 1e6);
-    // The stamped config 3 at the sizes of a small case: where its time goes.
-    if (bytes <= 64 * kMiB) {
+  if (want.contains("empty")) {
+    absl::FPrintF(stderr, "[empty] empty kernels...\n");
+    absl::PrintF("%-28s %9s %9s %9s %9s %9s %7s\n", "back to back", "us/launch",
+                 "entry", "release", "data", "period", "tick");
+    std::vector<std::string> empties;
+    for (bool early : {false, true}) {
       Timeline tl;
       COALESCE_ASSIGN_OR_RETURN(const double s,
                                 timed(
                                     [&](int k) {
-                                      return cuda::LaunchStampedCopy(
-                                          in[k % sets], out[k % sets], bytes,
-                                          stamps_of(k), p.stream());
+                                      return cuda::LaunchStampedEmpty(
+                                          early, stamps_of(k), p.stream());
                                     },
                                     &tl));
-      absl::StrAppend(&entry, absl::StrFormat(",\"stamped\":{\"us\":%.3f,%s}",
-                                              s * 1e6, TimelineJson(tl)));
-      absl::PrintF(
-          "%12s %6s %9.3f   stamped: entry %.3f, release %.3f, "
-          "data %.3f (%.3f x peak), period %.3f us\n",
-          "", "3s", s * 1e6, tl.entry_us, tl.release_us, tl.data_us,
-          at_peak * 1e6 / tl.data_us, tl.period_us);
+      const char* what = early ? "empty, early start" : "empty, plain launch";
+      absl::PrintF("%-28s %9.3f %9.3f %9.3f %9.3f %9.3f %5.0fns\n", what,
+                   s * 1e6, tl.entry_us, tl.release_us, tl.data_us,
+                   tl.period_us, tl.tick_ns);
+      empties.push_back(absl::StrFormat("{\"early_start\":%s,\"us\":%.3f,%s}",
+                                        early ? "true" : "false", s * 1e6,
+                                        TimelineJson(tl)));
     }
-    copies.push_back(entry + "}");
+    json.push_back(
+        absl::StrCat("\"empty\":[", absl::StrJoin(empties, ","), "]"));
   }
-  json.push_back(absl::StrCat("\"copy\":[", absl::StrJoin(copies, ","), "]"));
 
-  // t = a + x / rate over the sizes up to 64 MiB each way.
-  absl::FPrintF(stderr, "[4/4] fit...\n");
-  const double n = static_cast<double>(fit_x.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < fit_x.size(); ++i) {
-    sx += fit_x[i];
-    sy += fit_y[i];
-    sxx += fit_x[i] * fit_x[i];
-    sxy += fit_x[i] * fit_y[i];
+  if (want.contains("copy")) {
+    // Copies: the [8,512,28,28] layouts' sizes among powers of two.
+    std::vector<int64_t> sizes;
+    for (int64_t s = kMiB; s <= 256 * kMiB; s *= 2) sizes.push_back(s);
+    sizes.push_back(8 * 512 * 28 * 28 * 2);
+    sizes.push_back(8 * 512 * 28 * 28 * 4);
+    std::sort(sizes.begin(), sizes.end());
+    absl::PrintF("\n%12s %6s %9s %9s %9s %9s\n", "bytes each", "config",
+                 "us/launch", "x peak", "at peak", "excess");
+    std::vector<std::string> copies;
+    std::vector<double> fit_x, fit_y;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t bytes = sizes[i];
+      absl::FPrintF(stderr, "[copy] %zu/%zu: %d bytes each way...\n", i + 1,
+                    sizes.size(), bytes);
+      const int sets = RotationSets(bytes, p.l2_bytes(), chain);
+      DeviceMemory bufs;
+      std::vector<void*> in(sets), out(sets);
+      for (int s = 0; s < sets; ++s) {
+        COALESCE_ASSIGN_OR_RETURN(in[s], bufs.Alloc(bytes));
+        COALESCE_ASSIGN_OR_RETURN(out[s], bufs.Alloc(bytes));
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaMemset(in[s], 0x3c, bytes));
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaMemset(out[s], 0xff, bytes));
+      }
+      double best = 0;
+      int best_config = 0;
+      std::vector<std::string> per_config;
+      for (int c = 0; c < cuda::kCopyConfigs; ++c) {
+        COALESCE_ASSIGN_OR_RETURN(const double s, timed(
+                                                      [&](int k) {
+                                                        return cuda::LaunchCopy(
+                                                            c, in[k % sets],
+                                                            out[k % sets],
+                                                            bytes, p.stream());
+                                                      },
+                                                      nullptr));
+        per_config.push_back(absl::StrFormat("%.3f", s * 1e6));
+        if (best == 0 || s < best) {
+          best = s;
+          best_config = c;
+        }
+      }
+      const double at_peak = 2.0 * bytes / peak;
+      absl::PrintF("%12d %6d %9.3f %9.3f %9.3f %9.3f\n", bytes, best_config,
+                   best * 1e6, at_peak / best, at_peak * 1e6,
+                   (best - at_peak) * 1e6);
+      if (bytes <= 64 * kMiB) {
+        fit_x.push_back(2.0 * bytes);
+        fit_y.push_back(best);
+      }
+      std::string entry = absl::StrFormat(
+          "{\"bytes_each_way\":%d,\"sets\":%d,\"config_us\":[%s],"
+          "\"best_config\":%d,\"us\":%.3f,\"frac_peak\":%.4f,"
+          "\"at_peak_us\":%.3f,\"excess_us\":%.3f",
+          bytes, sets, absl::StrJoin(per_config, ","), best_config, best * 1e6,
+          at_peak / best, at_peak * 1e6, (best - at_peak) * 1e6);
+      // The stamped config 3 at the sizes of a small case: where its time goes.
+      if (bytes <= 64 * kMiB) {
+        Timeline tl;
+        COALESCE_ASSIGN_OR_RETURN(const double s,
+                                  timed(
+                                      [&](int k) {
+                                        return cuda::LaunchStampedCopy(
+                                            in[k % sets], out[k % sets], bytes,
+                                            stamps_of(k), p.stream());
+                                      },
+                                      &tl));
+        absl::StrAppend(&entry, absl::StrFormat(",\"stamped\":{\"us\":%.3f,%s}",
+                                                s * 1e6, TimelineJson(tl)));
+        absl::PrintF(
+            "%12s %6s %9.3f   stamped: entry %.3f, release %.3f, "
+            "data %.3f (%.3f x peak), period %.3f us\n",
+            "", "3s", s * 1e6, tl.entry_us, tl.release_us, tl.data_us,
+            at_peak * 1e6 / tl.data_us, tl.period_us);
+      }
+      copies.push_back(entry + "}");
+    }
+    json.push_back(absl::StrCat("\"copy\":[", absl::StrJoin(copies, ","), "]"));
+
+    // t = a + x / rate over the sizes up to 64 MiB each way.
+    absl::FPrintF(stderr, "[copy] fit...\n");
+    const double n = static_cast<double>(fit_x.size());
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (size_t i = 0; i < fit_x.size(); ++i) {
+      sx += fit_x[i];
+      sy += fit_y[i];
+      sxx += fit_x[i] * fit_x[i];
+      sxy += fit_x[i] * fit_y[i];
+    }
+    const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+    const double intercept = (sy - slope * sx) / n;
+    absl::PrintF(
+        "\nbest copy, 1-64 MiB each way: t = %.3f us + bytes moved / %.0f GB/s "
+        "(%.3f x peak)\n",
+        intercept * 1e6, 1e-9 / slope, 1.0 / slope / peak);
+    json.push_back(absl::StrFormat(
+        "\"fit\":{\"intercept_us\":%.3f,\"rate_GBps\":%.2f,\"rate_frac_peak\":"
+        "%.4f}",
+        intercept * 1e6, 1e-9 / slope, 1.0 / slope / peak));
   }
-  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-  const double intercept = (sy - slope * sx) / n;
-  absl::PrintF(
-      "\nbest copy, 1-64 MiB each way: t = %.3f us + bytes moved / %.0f GB/s "
-      "(%.3f x peak)\n",
-      intercept * 1e6, 1e-9 / slope, 1.0 / slope / peak);
-  json.push_back(absl::StrFormat(
-      "\"fit\":{\"intercept_us\":%.3f,\"rate_GBps\":%.2f,\"rate_frac_peak\":"
-      "%.4f}",
-      intercept * 1e6, 1e-9 / slope, 1.0 / slope / peak));
+
+  if (want.contains("submit")) {
+    COALESCE_ASSIGN_OR_RETURN(std::string submit, MeasureSubmit(p));
+    json.push_back(std::move(submit));
+  }
 
   const std::string path = absl::GetFlag(FLAGS_json);
   if (!path.empty()) {

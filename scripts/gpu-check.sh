@@ -25,7 +25,9 @@
 #             (the fastest variant and the same-size copy against bytes)
 #   gap       coalesce-kernel-gap: what a kernel boundary costs back to
 #             back (empty kernels, copies from 1 to 256 MiB each way, block
-#             timelines from the global timer); gap.json, gap.txt
+#             timelines from the global timer, one request's submission as
+#             stream calls against a CUDA graph); gap.json, gap.txt
+#             (GAP_PARTS: a subset of empty,copy,submit)
 #   sass      cuobjdump of the bundled kernels: HGMMA count per wgmma kernel
 #   profile   ncu detail (instructions, issue slots, stalls, DRAM) for one
 #             launch of the fastest GELU-LN variant at [8192,4096], fp32
@@ -202,7 +204,8 @@ if has ncu; then
 fi
 if has gap; then
   echo "== kernel boundary: coalesce-kernel-gap"
-  "$bin/coalesce-kernel-gap" --json="$out/gap.json" | tee "$out/gap.txt"
+  "$bin/coalesce-kernel-gap" --json="$out/gap.json" \
+    ${GAP_PARTS:+--parts="$GAP_PARTS"} | tee "$out/gap.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has sass; then
