@@ -54,6 +54,16 @@ constexpr double kEfficiency = 0.72;
 // a few KB took 3.7-4.5 us in the H200 selection sweep (64x64x1, 64x1x128,
 // 1x64x5; graph-replayed, so no host overhead included).
 constexpr double kCallSeconds = 1.9e-6;
+// In 16 bits with B transposed and N not a multiple of 8 (D's rows not
+// 16-byte aligned), large problems ran at 0.04-0.23 of the tensor peak in
+// the H200 sweeps, 1.6-3.6x slower than wgmma (kernels/cuda/testdata/
+// gemm_classes_seed*.txt: 1557x1321x304, 889x6826x3008, 1088x6567x1280),
+// where smaller M or K ran at par: a quarter of the aligned rate.
+constexpr double kUnalignedRowsFactor = 0.25;
+bool SlowUnalignedRows(const GemmProblem& g) {
+  return g.dtype != DType::kFloat32 && g.trans_b && g.n % 8 != 0 &&
+         g.m >= 768 && g.n >= 1024 && g.k >= 256;
+}
 
 // Float32 without TF32 runs on cuBLASLt's SIMT kernels; their model, fitted
 // to the sweep's seed-7 shapes (bench/gemm_selection_fit.py --fit), is
@@ -285,7 +295,8 @@ class GemmCublasLtVariant final
   double Efficiency(const Problem& p, const DeviceInfo&) const override {
     const GemmProblem& g = std::get<GemmProblem>(p);
     if (g.dtype == DType::kFloat32 && !g.allow_tf32) return kEfficiency;
-    return TensorEfficiency(g, kEfficiency);
+    return TensorEfficiency(g, kEfficiency) *
+           (SlowUnalignedRows(g) ? kUnalignedRowsFactor : 1.0);
   }
   double EstimateSeconds(const Problem& p,
                          const DeviceInfo& dev) const override {
