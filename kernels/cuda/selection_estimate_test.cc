@@ -377,7 +377,7 @@ TEST_F(SelectionEstimate, Float32TransposesOfTheSweepWithinTenPercent) {
 
 // The layout heuristic alone on the H200 sweep of float32 NCHW -> NHWC
 // layouts (every shape, both seeds, convert_layout.cuda.tma included):
-// within 10% of the fastest for 190 of the 200 seed-7 shapes and 189 of the
+// within 10% of the fastest for 190 of the 200 seed-7 shapes and 188 of the
 // 200 seed-8 ones. The misses left are tiny: naive 1.1-1.75x faster than
 // tiled on identity-like layouts of 4-5 us (C or HW of 1), vec16
 // 1.1-1.25x faster than tiled at 5-6 us, tiled or naive 1.1-1.2x faster than
@@ -401,7 +401,7 @@ TEST_F(SelectionEstimate, Float32LayoutsOfTheSweepWithinTenPercent) {
   const int train_good = within_ten_percent(train);
   const int held_out_good = within_ten_percent(held_out);
   EXPECT_GE(train_good, 190) << train_good << " of " << train.size();
-  EXPECT_GE(held_out_good, 189) << held_out_good << " of " << held_out.size();
+  EXPECT_GE(held_out_good, 188) << held_out_good << " of " << held_out.size();
 }
 
 // The H200 tune sweeps with TUNE_CLASSES=all in every dtype, packed by
@@ -602,28 +602,32 @@ TEST_F(SelectionReplay, GemmsOfEveryClassAndDtype) {
 }
 
 // The naive and run-copy models took permutations from 147-153 and 150-152
-// to 180-182 and 178, and their worst ratio from 113-115x to 2.2-2.3x.
+// to 180-182 and 178, and their worst ratio from 113-115x to 2.2-2.3x; the
+// tile's idle threads on dims under 32 took them to 185-188 (worst
+// 1.6x), and small_dim's cost off its register path on 2-D layouts took
+// AoS <-> SoA from 175-183 to 187-197 of 200 (worst 1.13-1.79x), at a
+// cost of one shape in some NCHW <-> NHWC classes.
 TEST_F(SelectionReplay, LayoutsOfEveryClassAndDtype) {
   Check(&ReadClassLayouts, "layout_classes",
         {
-            {"float32 all", {926, 927}},
-            {"float32 nchw_nhwc", {191, 189}},
-            {"float32 nhwc_nchw", {190, 191}},
-            {"float32 permutation", {180, 178}},
-            {"float32 aos_soa", {182, 186}},
-            {"float32 soa_aos", {183, 183}},
-            {"float16 all", {910, 918}},
-            {"float16 nchw_nhwc", {188, 190}},
-            {"float16 nhwc_nchw", {188, 192}},
-            {"float16 permutation", {182, 178}},
-            {"float16 aos_soa", {175, 181}},
-            {"float16 soa_aos", {177, 177}},
-            {"bfloat16 all", {912, 922}},
-            {"bfloat16 nchw_nhwc", {189, 189}},
-            {"bfloat16 nhwc_nchw", {188, 192}},
-            {"bfloat16 permutation", {182, 178}},
-            {"bfloat16 aos_soa", {178, 182}},
-            {"bfloat16 soa_aos", {175, 181}},
+            {"float32 all", {958, 956}},
+            {"float32 nchw_nhwc", {192, 189}},
+            {"float32 nhwc_nchw", {191, 191}},
+            {"float32 permutation", {186, 188}},
+            {"float32 aos_soa", {194, 197}},
+            {"float32 soa_aos", {195, 191}},
+            {"float16 all", {944, 947}},
+            {"float16 nchw_nhwc", {189, 190}},
+            {"float16 nhwc_nchw", {189, 192}},
+            {"float16 permutation", {186, 186}},
+            {"float16 aos_soa", {191, 192}},
+            {"float16 soa_aos", {189, 187}},
+            {"bfloat16 all", {949, 951}},
+            {"bfloat16 nchw_nhwc", {190, 188}},
+            {"bfloat16 nhwc_nchw", {189, 192}},
+            {"bfloat16 permutation", {186, 186}},
+            {"bfloat16 aos_soa", {195, 192}},
+            {"bfloat16 soa_aos", {189, 193}},
         });
 }
 

@@ -75,13 +75,13 @@ class LayoutTransposeVariantBase : public LayoutVariant {
     return kernel_.launch(s, ops.inputs[0], ops.outputs[0], ctx);
   }
 
- private:
   static bool AsTranspose(const PermuteProblem& p, TransposeShape* s) {
     s->elem_bytes = static_cast<int>(ElementSize(p.dtype));
     return AsBatchedTranspose(CollapsePermutation(p.in_shape, p.perm),
                               &s->batch, &s->rows, &s->cols);
   }
 
+ private:
   TransposeKernel kernel_;
 };
 

@@ -305,8 +305,13 @@ double TiledEfficiency(const CollapsedPermutation& c, int elem_bytes,
   // (kernels/cuda/testdata/layout_selection_seed*.txt, from
   // TUNE_OPS=layout scripts/gpu-check.sh OUT tune): a median of 0.51 of
   // the copy peak, 0.33-0.59, below the 0.64 median of the vec16 and tma
-  // variants, which the heuristic should prefer there.
-  return 0.5;
+  // variants, which the heuristic should prefer there. A 32x32 tile over
+  // a dim shorter than 32 leaves the rest of its threads idle.
+  const int k = static_cast<int>(c.perm.size());
+  const auto used = [](int64_t size) {
+    return static_cast<double>(size) / (32.0 * CeilDiv(size, 32));
+  };
+  return 0.5 * used(c.in_shape[c.perm[k - 1]]) * used(c.in_shape[k - 1]);
 }
 
 }  // namespace

@@ -16,6 +16,24 @@ class LayoutSmallDimVariant final : public LayoutTransposeVariantBase {
     return "collapsed batched transpose with a side <= 16 (C = 3 images, AoS "
            "records): both sides coalesced";
   }
+
+ protected:
+  // Off its register path a 2-D layout (AoS <-> SoA) gets a block per 8 KB
+  // chunk, few blocks each working through a long chunk: of 3-60 KB they
+  // measured 5.4-6.1 us on the H200 where naive and tiled took 3.7-4.3
+  // and the register path 3.1-3.7 (kernels/cuda/testdata/
+  // layout_classes_seed7.txt). Batched ones (NCHW <-> NHWC) have blocks
+  // enough.
+  double EstimateSeconds(const Problem& p,
+                         const DeviceInfo& dev) const override {
+    TransposeShape s;
+    AsTranspose(std::get<PermuteProblem>(p), &s);
+    return LayoutTransposeVariantBase::EstimateSeconds(p, dev) +
+           (s.batch > 1 || SmallDimInRegisters(s) ? 0.0 : kSharedPathSeconds);
+  }
+
+ private:
+  static constexpr double kSharedPathSeconds = 2.0e-6;
 };
 
 }  // namespace

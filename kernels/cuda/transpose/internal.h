@@ -76,5 +76,8 @@ extern const TransposeKernel kSmallDimTranspose;
 // is unknown, else the share of the eight blocks per SM that its
 // shared-memory path needs resident, at most 1.
 double SmallDimBlockFactor(const TransposeShape& s, int multiprocessors);
+// Whether small_dim runs s on its register path (a short side of 2 or
+// more, the long side whole 16-byte vectors) rather than shared memory.
+bool SmallDimInRegisters(const TransposeShape& s);
 
 }  // namespace coalesce::cuda

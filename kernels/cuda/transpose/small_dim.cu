@@ -386,15 +386,6 @@ absl::Status LaunchSmallDimTyped(const TransposeShape& sh, const void* in,
   return absl::OkStatus();
 }
 
-// Whether s takes the register path (a short side of 2 or more, the long
-// side whole 16-byte vectors) rather than the shared-memory one.
-bool SmallDimInRegisters(const TransposeShape& s) {
-  const int64_t long_side = std::max(s.rows, s.cols);
-  return std::min(s.rows, s.cols) >= 2 &&
-         (long_side * s.elem_bytes) % 16 == 0 &&
-         CeilDiv(long_side * s.elem_bytes / 16, kRegsThreads) <= 0x7fffffff;
-}
-
 // The blocks of the shared-memory path: one per chunk of about 8 KB.
 int64_t SmallDimSharedBlocks(const TransposeShape& s) {
   const int64_t short_side = std::min(s.rows, s.cols);
@@ -432,6 +423,15 @@ double SmallDimEfficiency(const TransposeShape& s) {
 }
 
 }  // namespace
+
+// Whether s takes the register path (a short side of 2 or more, the long
+// side whole 16-byte vectors) rather than the shared-memory one.
+bool SmallDimInRegisters(const TransposeShape& s) {
+  const int64_t long_side = std::max(s.rows, s.cols);
+  return std::min(s.rows, s.cols) >= 2 &&
+         (long_side * s.elem_bytes) % 16 == 0 &&
+         CeilDiv(long_side * s.elem_bytes / 16, kRegsThreads) <= 0x7fffffff;
+}
 
 // Eight resident blocks per SM keep the shared-memory path's 64 KB in
 // flight (kChunkBytes); with fewer, as on skinny shapes of a few hundred KB
