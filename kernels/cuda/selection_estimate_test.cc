@@ -513,7 +513,7 @@ struct ReplayScore {
 template <typename Chooser>
 std::map<std::string, ReplayScore> Replay(
     const std::vector<MeasuredShape>& shapes, Chooser chosen,
-    bool list_misses = false) {
+    double list_over = 0) {
   std::map<std::string, ReplayScore> by;
   for (const MeasuredShape& m : shapes) {
     double best = 1e30;
@@ -521,7 +521,7 @@ std::map<std::string, ReplayScore> Replay(
     const std::string choice = chosen(m.problem);
     const auto it = m.seconds.find(choice);
     const double ratio = it == m.seconds.end() ? 1e30 : it->second / best;
-    if (list_misses && ratio > 1.1) {
+    if (list_over > 0 && ratio > list_over) {
       std::string times;
       for (const auto& [name, s] : m.seconds) {
         absl::StrAppend(&times, " ", name.substr(name.rfind('.') + 1), "=",
@@ -558,19 +558,23 @@ class SelectionReplay : public SelectionEstimate {
     const auto cold = [this](const Problem& p) { return ChosenCold(p); };
     const auto t = Replay(fit, alone);
     const auto h = Replay(held_out, alone);
-    // COALESCE_REPLAY_MISSES=1 lists the cold misses, for whoever tunes a
-    // model.
-    const auto c = Replay(held_out, cold,
-                          std::getenv("COALESCE_REPLAY_MISSES") != nullptr);
+    // COALESCE_REPLAY_MISSES=R lists the cold choices slower than R times
+    // the fastest (1 for 1.1), for whoever tunes a model.
+    const char* list = std::getenv("COALESCE_REPLAY_MISSES");
+    double over = 0;
+    if (list != nullptr && (!absl::SimpleAtod(list, &over) || over <= 1)) {
+      over = 1.1;
+    }
+    const auto c = Replay(held_out, cold, over);
     ASSERT_EQ(h.size(), floor.size()) << name;
     for (const auto& [key, f] : floor) {
       ASSERT_TRUE(t.count(key) && h.count(key)) << name << " lacks " << key;
       std::printf(
-          "%-22s seed 7: %4d of %4d; seed 8: %4d (%4d within 5%%) of %4d, "
-          "worst %.2fx; with the table: %4d (%4d), worst %.2fx\n",
-          key.c_str(), t.at(key).good, t.at(key).shapes, h.at(key).good,
-          h.at(key).close, h.at(key).shapes, h.at(key).worst, c.at(key).good,
-          c.at(key).close, c.at(key).worst);
+          "%-22s seed 7: %4d (%4d within 5%%) of %4d; seed 8: %4d (%4d) of "
+          "%4d, worst %.2fx; with the table: %4d (%4d), worst %.2fx\n",
+          key.c_str(), t.at(key).good, t.at(key).close, t.at(key).shapes,
+          h.at(key).good, h.at(key).close, h.at(key).shapes, h.at(key).worst,
+          c.at(key).good, c.at(key).close, c.at(key).worst);
       EXPECT_GE(t.at(key).good, f.first) << key;
       EXPECT_GE(h.at(key).good, f.second) << key;
     }
@@ -632,19 +636,21 @@ TEST_F(SelectionReplay, LayoutsOfEveryClassAndDtype) {
 }
 
 // The 16-bit call costs of naive and vec16_wide took the 16-bit rows from
-// 368-373 to 393 of 400 on seed 8 (fitted on seed 7: 370-372 to 389-390).
+// 368-373 to 393 of 400 on seed 8 (fitted on seed 7: 370-372 to 389-390);
+// vec16's (0.39 us, now 0.15 in float32 and 0.05 in 16 bits) took the
+// share within 5% on seed 8 from 350-359 to 382-386 of 400.
 TEST_F(SelectionReplay, TransposesOfEveryClassAndDtype) {
   Check(&ReadClassTransposes, "transpose_classes",
         {
-            {"float32 all", {392, 394}},
-            {"float32 2d", {196, 197}},
-            {"float32 batched", {196, 197}},
-            {"float16 all", {390, 393}},
-            {"float16 2d", {198, 197}},
-            {"float16 batched", {192, 196}},
-            {"bfloat16 all", {389, 393}},
-            {"bfloat16 2d", {196, 198}},
-            {"bfloat16 batched", {193, 195}},
+            {"float32 all", {396, 398}},
+            {"float32 2d", {199, 199}},
+            {"float32 batched", {197, 199}},
+            {"float16 all", {394, 395}},
+            {"float16 2d", {200, 199}},
+            {"float16 batched", {194, 196}},
+            {"bfloat16 all", {395, 396}},
+            {"bfloat16 2d", {200, 200}},
+            {"bfloat16 batched", {195, 196}},
         });
 }
 
