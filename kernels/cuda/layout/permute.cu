@@ -4,11 +4,13 @@
 // - tiled: when the innermost dim moves, a 32x33 shared-memory tile over the
 //   input's innermost dim (contiguous in the input) and the dim that becomes
 //   the output's innermost (contiguous in the output), with every other dim
-//   a batch coordinate; when the innermost dim is preserved, a run copy with
-//   16-byte vectors where the run length allows.
+//   a batch coordinate; when the innermost dim is preserved, a run copy in
+//   pieces of up to 16 bytes: a block per chunk of a long run, a thread per
+//   piece of short ones.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/cuda/layout/permute.h"
 #include "kernels/cuda/runtime/cuda_check.h"
@@ -90,7 +92,9 @@ __global__ void __launch_bounds__(256)
 }
 
 // Runs of `run` contiguous elements: output run r (in output order) comes
-// from the input offset given by its coordinates over the outer dims.
+// from the input offset given by its coordinates over the outer dims. One
+// block per chunk of a run: for long runs, whose index math is then paid
+// once per chunk.
 constexpr int kRunChunk = 4096;
 
 template <typename V>
@@ -109,6 +113,28 @@ __global__ void __launch_bounds__(256)
     for (int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {
       out[r * run + j] = in[in_off + j];
     }
+  }
+}
+
+// The same for short runs, where a block per run would leave most of its
+// threads idle: one thread per vector of the output, as naive, but moving
+// V-sized pieces of runs. Index is 32-bit when every offset fits, since
+// 64-bit division costs several times more instructions.
+template <typename V, typename Index>
+__global__ void __launch_bounds__(256)
+    CopyShortRunsKernel(const V* __restrict__ in, V* __restrict__ out,
+                        PermParams p, Index run, Index total) {
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x;
+       i < total; i += stride) {
+    Index rem = i / run;
+    Index in_off = i - rem * run;
+    for (int d = p.rank - 2; d >= 0; --d) {
+      const Index size = static_cast<Index>(p.out_shape[d]);
+      in_off += (rem % size) * static_cast<Index>(p.in_stride_of_out[d]);
+      rem /= size;
+    }
+    out[i] = in[in_off];
   }
 }
 
@@ -152,9 +178,9 @@ absl::Status LaunchNaiveTyped(const CollapsedPermutation& c, const void* in,
   return absl::OkStatus();
 }
 
-// How the run copy splits the rows of c (elements of elem_bytes): 16-byte
-// vectors where a row is whole vectors, else elements; a block for each
-// chunk of kRunChunk of them. The launch and the estimate both read it.
+// How the run copy split the rows of c before short rows went a thread per
+// piece: what TiledEfficiency still models until it is re-fitted to the
+// launch below.
 struct RunCopyPlan {
   bool vectors = false;  // 16-byte pieces
   int64_t run = 0;       // a row, in pieces
@@ -173,28 +199,67 @@ RunCopyPlan PlanRunCopy(const CollapsedPermutation& c, int elem_bytes) {
   return plan;
 }
 
-// The innermost dim stays: runs of it copied whole.
-template <typename T>
-void LaunchRunCopy(const CollapsedPermutation& c, const void* in_v, void* out_v,
-                   ExecContext& ctx) {
+// Runs of at least this many vectors go a block per chunk; shorter ones a
+// thread per vector.
+constexpr int64_t kLongRun = 1024;
+
+// The runs in V-sized pieces (run * sizeof(T) a multiple of sizeof(V), both
+// pointers aligned to it).
+template <typename T, typename V>
+void LaunchRunCopyAs(const PermParams& pp, int64_t run, int64_t total,
+                     const void* in, void* out, ExecContext& ctx) {
+  constexpr int64_t kRatio = sizeof(V) / sizeof(T);
+  PermParams vp = pp;
+  // Every outer stride is a multiple of the run, so these divide exactly.
+  for (int i = 0; i < pp.rank; ++i) vp.in_stride_of_out[i] /= kRatio;
+  const int64_t vrun = run / kRatio;
+  const int64_t vtotal = total / kRatio;
+  const V* vin = static_cast<const V*>(in);
+  V* vout = static_cast<V*>(out);
   cudaStream_t stream = StreamOf(ctx);
-  const PermParams pp = MakePermParams(c);
-  const RunCopyPlan plan = PlanRunCopy(c, static_cast<int>(sizeof(T)));
-  const dim3 grid(GridFor(plan.blocks));
-  if (plan.vectors) {
-    PermParams vp = pp;
-    for (int i = 0; i < pp.rank; ++i) {
-      vp.in_stride_of_out[i] = pp.in_stride_of_out[i] * sizeof(T) / 16;
-    }
-    CopyRunsKernel<uint4><<<grid, 256, 0, stream>>>(
-        static_cast<const uint4*>(in_v), static_cast<uint4*>(out_v), vp,
-        plan.run, plan.chunks_per_run, plan.blocks);
-    RecordLaunch(CopyRunsKernel<uint4>, grid, dim3(256), 0, ctx);
+  if (vrun >= kLongRun) {
+    const int64_t cpr = CeilDiv(vrun, kRunChunk);
+    const int64_t blocks = (vtotal / vrun) * cpr;
+    const dim3 grid(GridFor(blocks));
+    CopyRunsKernel<V>
+        <<<grid, 256, 0, stream>>>(vin, vout, vp, vrun, cpr, blocks);
+    RecordLaunch(CopyRunsKernel<V>, grid, dim3(256), 0, ctx);
+    return;
+  }
+  const dim3 grid(GridFor(std::min<int64_t>(CeilDiv(vtotal, 256), 1 << 20)));
+  if (vtotal < (int64_t{1} << 31)) {
+    CopyShortRunsKernel<V, uint32_t>
+        <<<grid, 256, 0, stream>>>(vin, vout, vp, static_cast<uint32_t>(vrun),
+                                   static_cast<uint32_t>(vtotal));
+    RecordLaunch(CopyShortRunsKernel<V, uint32_t>, grid, dim3(256), 0, ctx);
   } else {
-    CopyRunsKernel<T><<<grid, 256, 0, stream>>>(
-        static_cast<const T*>(in_v), static_cast<T*>(out_v), pp, plan.run,
-        plan.chunks_per_run, plan.blocks);
-    RecordLaunch(CopyRunsKernel<T>, grid, dim3(256), 0, ctx);
+    CopyShortRunsKernel<V, int64_t>
+        <<<grid, 256, 0, stream>>>(vin, vout, vp, vrun, vtotal);
+    RecordLaunch(CopyShortRunsKernel<V, int64_t>, grid, dim3(256), 0, ctx);
+  }
+}
+
+// The innermost dim stays: runs of it copied whole, in the widest pieces
+// (up to 16 bytes) that the run length and the pointers allow.
+template <typename T>
+void LaunchRunCopy(const CollapsedPermutation& c, const void* in, void* out,
+                   ExecContext& ctx) {
+  const PermParams pp = MakePermParams(c);
+  const int64_t total = NumElements(c.in_shape);
+  const int64_t run = c.in_shape[pp.rank - 1];
+  const auto fits = [&](size_t width) {
+    return (run * sizeof(T)) % width == 0 &&
+           reinterpret_cast<uintptr_t>(in) % width == 0 &&
+           reinterpret_cast<uintptr_t>(out) % width == 0;
+  };
+  if (fits(16)) {
+    LaunchRunCopyAs<T, uint4>(pp, run, total, in, out, ctx);
+  } else if (fits(8)) {
+    LaunchRunCopyAs<T, uint2>(pp, run, total, in, out, ctx);
+  } else if (sizeof(T) < 4 && fits(4)) {
+    LaunchRunCopyAs<T, uint32_t>(pp, run, total, in, out, ctx);
+  } else {
+    LaunchRunCopyAs<T, T>(pp, run, total, in, out, ctx);
   }
 }
 

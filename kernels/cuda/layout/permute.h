@@ -25,8 +25,8 @@ struct PermuteKernel {
 // output coordinates (div/mod per dimension).
 extern const PermuteKernel kNaivePermute;
 // A 32x33 shared-memory tile over the input's innermost dim and the dim
-// that becomes the output's innermost, or a run copy (16-byte vectors where
-// the run length allows) when the innermost dim stays.
+// that becomes the output's innermost, or a run copy (pieces of up to 16
+// bytes, as the run length allows) when the innermost dim stays.
 extern const PermuteKernel kTiledPermute;
 
 }  // namespace coalesce::cuda

@@ -14,7 +14,8 @@ class LayoutTiledVariant final : public LayoutPermuteVariantBase {
   }
   absl::string_view description() const override {
     return "collapse dims, then a 32x33 tile over the two innermost dims, or a "
-           "16-byte run copy when the innermost dim stays";
+           "copy of whole rows in pieces of up to 16 bytes when the innermost "
+           "dim stays";
   }
 };
 
