@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/layout/permute.h"
@@ -178,63 +179,74 @@ absl::Status LaunchNaiveTyped(const CollapsedPermutation& c, const void* in,
   return absl::OkStatus();
 }
 
-// How the run copy split the rows of c before short rows went a thread per
-// piece: what TiledEfficiency still models until it is re-fitted to the
-// launch below.
+// Runs of at least this many pieces go a block per chunk; shorter ones a
+// thread per piece.
+constexpr int64_t kLongRun = 1024;
+
+// How the run copy moves c's rows (elements of elem_bytes): in pieces of
+// the widest of 16, 8 or 4 bytes (or single elements) that the row length
+// and `align` (both pointers' alignment) allow; a block per chunk of
+// kRunChunk pieces when a row has kLongRun pieces or more, else a thread
+// per piece. The launch and the estimate both read it.
 struct RunCopyPlan {
-  bool vectors = false;  // 16-byte pieces
-  int64_t run = 0;       // a row, in pieces
-  int64_t chunks_per_run = 0;
-  int64_t blocks = 0;
+  int piece_bytes = 0;
+  int64_t run = 0;    // a row, in pieces
+  int64_t total = 0;  // pieces
+  bool long_rows = false;
+  int64_t chunks_per_run = 0;  // long rows
+  int64_t blocks = 0;          // long rows
 };
 
-RunCopyPlan PlanRunCopy(const CollapsedPermutation& c, int elem_bytes) {
-  const int64_t run = c.in_shape.back();
+RunCopyPlan PlanRunCopy(const CollapsedPermutation& c, int elem_bytes,
+                        int64_t align) {
+  const int64_t row_bytes = c.in_shape.back() * elem_bytes;
   RunCopyPlan plan;
-  plan.vectors = (run * elem_bytes) % 16 == 0;
-  plan.run = plan.vectors ? run * elem_bytes / 16 : run;
-  plan.chunks_per_run = CeilDiv(plan.run, kRunChunk);
-  const int64_t rows = run > 0 ? NumElements(c.in_shape) / run : 0;
-  plan.blocks = rows * plan.chunks_per_run;
+  plan.piece_bytes = elem_bytes;
+  for (int w : {16, 8, 4}) {
+    if (w > elem_bytes && row_bytes % w == 0 && align % w == 0) {
+      plan.piece_bytes = w;
+      break;
+    }
+  }
+  const int64_t ratio = plan.piece_bytes / elem_bytes;
+  plan.run = c.in_shape.back() / ratio;
+  plan.total = NumElements(c.in_shape) / ratio;
+  plan.long_rows = plan.run >= kLongRun;
+  if (plan.long_rows) {
+    plan.chunks_per_run = CeilDiv(plan.run, kRunChunk);
+    plan.blocks = plan.total / plan.run * plan.chunks_per_run;
+  }
   return plan;
 }
 
-// Runs of at least this many vectors go a block per chunk; shorter ones a
-// thread per vector.
-constexpr int64_t kLongRun = 1024;
-
-// The runs in V-sized pieces (run * sizeof(T) a multiple of sizeof(V), both
-// pointers aligned to it).
+// The runs in V-sized pieces as plan says (V of plan.piece_bytes).
 template <typename T, typename V>
-void LaunchRunCopyAs(const PermParams& pp, int64_t run, int64_t total,
+void LaunchRunCopyAs(const PermParams& pp, const RunCopyPlan& plan,
                      const void* in, void* out, ExecContext& ctx) {
   constexpr int64_t kRatio = sizeof(V) / sizeof(T);
   PermParams vp = pp;
   // Every outer stride is a multiple of the run, so these divide exactly.
   for (int i = 0; i < pp.rank; ++i) vp.in_stride_of_out[i] /= kRatio;
-  const int64_t vrun = run / kRatio;
-  const int64_t vtotal = total / kRatio;
   const V* vin = static_cast<const V*>(in);
   V* vout = static_cast<V*>(out);
   cudaStream_t stream = StreamOf(ctx);
-  if (vrun >= kLongRun) {
-    const int64_t cpr = CeilDiv(vrun, kRunChunk);
-    const int64_t blocks = (vtotal / vrun) * cpr;
-    const dim3 grid(GridFor(blocks));
-    CopyRunsKernel<V>
-        <<<grid, 256, 0, stream>>>(vin, vout, vp, vrun, cpr, blocks);
+  if (plan.long_rows) {
+    const dim3 grid(GridFor(plan.blocks));
+    CopyRunsKernel<V><<<grid, 256, 0, stream>>>(
+        vin, vout, vp, plan.run, plan.chunks_per_run, plan.blocks);
     RecordLaunch(CopyRunsKernel<V>, grid, dim3(256), 0, ctx);
     return;
   }
-  const dim3 grid(GridFor(std::min<int64_t>(CeilDiv(vtotal, 256), 1 << 20)));
-  if (vtotal < (int64_t{1} << 31)) {
-    CopyShortRunsKernel<V, uint32_t>
-        <<<grid, 256, 0, stream>>>(vin, vout, vp, static_cast<uint32_t>(vrun),
-                                   static_cast<uint32_t>(vtotal));
+  const dim3 grid(
+      GridFor(std::min<int64_t>(CeilDiv(plan.total, 256), 1 << 20)));
+  if (plan.total < (int64_t{1} << 31)) {
+    CopyShortRunsKernel<V, uint32_t><<<grid, 256, 0, stream>>>(
+        vin, vout, vp, static_cast<uint32_t>(plan.run),
+        static_cast<uint32_t>(plan.total));
     RecordLaunch(CopyShortRunsKernel<V, uint32_t>, grid, dim3(256), 0, ctx);
   } else {
     CopyShortRunsKernel<V, int64_t>
-        <<<grid, 256, 0, stream>>>(vin, vout, vp, vrun, vtotal);
+        <<<grid, 256, 0, stream>>>(vin, vout, vp, plan.run, plan.total);
     RecordLaunch(CopyShortRunsKernel<V, int64_t>, grid, dim3(256), 0, ctx);
   }
 }
@@ -245,21 +257,20 @@ template <typename T>
 void LaunchRunCopy(const CollapsedPermutation& c, const void* in, void* out,
                    ExecContext& ctx) {
   const PermParams pp = MakePermParams(c);
-  const int64_t total = NumElements(c.in_shape);
-  const int64_t run = c.in_shape[pp.rank - 1];
-  const auto fits = [&](size_t width) {
-    return (run * sizeof(T)) % width == 0 &&
-           reinterpret_cast<uintptr_t>(in) % width == 0 &&
-           reinterpret_cast<uintptr_t>(out) % width == 0;
-  };
-  if (fits(16)) {
-    LaunchRunCopyAs<T, uint4>(pp, run, total, in, out, ctx);
-  } else if (fits(8)) {
-    LaunchRunCopyAs<T, uint2>(pp, run, total, in, out, ctx);
-  } else if (sizeof(T) < 4 && fits(4)) {
-    LaunchRunCopyAs<T, uint32_t>(pp, run, total, in, out, ctx);
-  } else {
-    LaunchRunCopyAs<T, T>(pp, run, total, in, out, ctx);
+  const uintptr_t both =
+      reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out);
+  // The largest power of two dividing both addresses, at most 16.
+  const int64_t align = both == 0 ? 16 : std::min<int64_t>(16, both & -both);
+  const RunCopyPlan plan = PlanRunCopy(c, static_cast<int>(sizeof(T)), align);
+  switch (plan.piece_bytes) {
+    case 16:
+      return LaunchRunCopyAs<T, uint4>(pp, plan, in, out, ctx);
+    case 8:
+      return LaunchRunCopyAs<T, uint2>(pp, plan, in, out, ctx);
+    case 4:
+      return LaunchRunCopyAs<T, uint32_t>(pp, plan, in, out, ctx);
+    default:
+      return LaunchRunCopyAs<T, T>(pp, plan, in, out, ctx);
   }
 }
 
@@ -344,26 +355,57 @@ double NaiveEfficiency(const CollapsedPermutation&, int elem_bytes,
                            dev.multiprocessors / bw);
 }
 
-// The run copy gives each chunk of a row its own block of 256 threads, so
-// short rows pay a block each: on the H200 the permutation sweeps fit
-// bytes / (0.85 x the copy roofline) plus 0.73 us per block and SM (rows of
-// 128 bytes: 0.011 of the peak measured, 0.011 modelled; 1152 bytes: 0.092
-// and 0.089; one run of 354 MB: 0.74 and 0.74).
+// The run copy on the H200 (permutation sweeps of every dtype,
+// kernels/cuda/testdata/layout_classes_seed*.txt):
+// - a thread per piece (short rows): issue-bound at a rate per SM that
+//   falls with the piece, medians over shapes of 2 M pieces and more
+//   0.33 (2 bytes), 0.315 (4), 0.29 (8) and 0.266 (16) G pieces/s,
+//   0.26-0.34 each;
+// - a block per chunk (long rows): bytes at 0.85 of the roofline plus
+//   0.73 us per block and SM, plus each block's serial walk of its chunk,
+//   about 0.18 us per 256 pieces, which few blocks do not hide (single
+//   runs of 5-20 K pieces: 6.0-6.1 us against naive's 3.8-3.9).
 constexpr double kRunCopyEfficiency = 0.85;
 constexpr double kRunCopyBlockSeconds = 0.73e-6;
+constexpr double kRunCopyStepSeconds = 0.18e-6;
+
+double ShortRunPiecesPerSmSecond(int piece_bytes) {
+  switch (piece_bytes) {
+    case 2:
+      return 0.33e9;
+    case 4:
+      return 0.315e9;
+    case 8:
+      return 0.29e9;
+    default:
+      return 0.266e9;
+  }
+}
 
 double TiledEfficiency(const CollapsedPermutation& c, int elem_bytes,
                        const DeviceInfo& dev) {
   if (KeepsInnermost(c)) {
     const double bw = RooflineBandwidth(dev);
     if (bw <= 0 || dev.multiprocessors <= 0) return kRunCopyEfficiency;
-    const RunCopyPlan plan = PlanRunCopy(c, elem_bytes);
-    if (plan.blocks == 0) return kRunCopyEfficiency;
+    // Device buffers are 256-byte aligned.
+    const RunCopyPlan plan = PlanRunCopy(c, elem_bytes, 16);
+    if (plan.total == 0) return kRunCopyEfficiency;
     const double bytes =
         2.0 * static_cast<double>(NumElements(c.in_shape)) * elem_bytes;
-    const double seconds = bytes / (kRunCopyEfficiency * bw) +
-                           static_cast<double>(plan.blocks) /
-                               dev.multiprocessors * kRunCopyBlockSeconds;
+    const double sms = dev.multiprocessors;
+    double seconds;
+    if (plan.long_rows) {
+      const double steps = std::ceil(
+          static_cast<double>(std::min<int64_t>(plan.run, kRunChunk)) / 256);
+      seconds = bytes / (kRunCopyEfficiency * bw) +
+                static_cast<double>(plan.blocks) / sms * kRunCopyBlockSeconds +
+                steps * kRunCopyStepSeconds;
+    } else {
+      seconds =
+          std::max(bytes / (kRunCopyEfficiency * bw),
+                   static_cast<double>(plan.total) /
+                       (ShortRunPiecesPerSmSecond(plan.piece_bytes) * sms));
+    }
     return bytes / bw / seconds;
   }
   // Transposing layouts of 16 MB and more measured on the H200
