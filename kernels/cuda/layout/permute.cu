@@ -408,17 +408,17 @@ double TiledEfficiency(const CollapsedPermutation& c, int elem_bytes,
     }
     return bytes / bw / seconds;
   }
-  // Transposing layouts of 16 MB and more measured on the H200
-  // (kernels/cuda/testdata/layout_selection_seed*.txt, from
-  // TUNE_OPS=layout scripts/gpu-check.sh OUT tune): a median of 0.51 of
-  // the copy peak, 0.33-0.59, below the 0.64 median of the vec16 and tma
-  // variants, which the heuristic should prefer there. A 32x32 tile over
-  // a dim shorter than 32 leaves the rest of its threads idle.
+  // A 32x32 tile over a dim shorter than 32 leaves the rest of its threads
+  // idle. Over the filled share, transposing layouts of 16 MB and more ran
+  // at medians of 0.58 of the copy peak in float32 and 0.30 in 16 bits
+  // (seed-7 shapes of kernels/cuda/testdata/layout_classes_seed7.txt,
+  // interquartile 0.54-0.68 and 0.28-0.36), below vec16 and tma.
   const int k = static_cast<int>(c.perm.size());
   const auto used = [](int64_t size) {
     return static_cast<double>(size) / (32.0 * CeilDiv(size, 32));
   };
-  return 0.5 * used(c.in_shape[c.perm[k - 1]]) * used(c.in_shape[k - 1]);
+  return (elem_bytes == 2 ? 0.30 : 0.58) * used(c.in_shape[c.perm[k - 1]]) *
+         used(c.in_shape[k - 1]);
 }
 
 }  // namespace
