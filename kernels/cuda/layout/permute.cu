@@ -414,11 +414,8 @@ double TiledEfficiency(const CollapsedPermutation& c, int elem_bytes,
   // (seed-7 shapes of kernels/cuda/testdata/layout_classes_seed7.txt,
   // interquartile 0.54-0.68 and 0.28-0.36), below vec16 and tma.
   const int k = static_cast<int>(c.perm.size());
-  const auto used = [](int64_t size) {
-    return static_cast<double>(size) / (32.0 * CeilDiv(size, 32));
-  };
-  return (elem_bytes == 2 ? 0.30 : 0.58) * used(c.in_shape[c.perm[k - 1]]) *
-         used(c.in_shape[k - 1]);
+  return (elem_bytes == 2 ? 0.30 : 0.58) *
+         TileUtilization(c.in_shape[c.perm[k - 1]], c.in_shape[k - 1], 32, 32);
 }
 
 }  // namespace
