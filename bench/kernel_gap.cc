@@ -74,6 +74,28 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// What enqueue puts on stream, captured as a graph (the caller destroys it).
+absl::StatusOr<cudaGraph_t> Capture(cudaStream_t stream,
+                                    absl::FunctionRef<absl::Status()> enqueue) {
+  cudaGraph_t graph = nullptr;
+  COALESCE_CUDA_RETURN_IF_ERROR(
+      cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status st = enqueue();
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  COALESCE_RETURN_IF_ERROR(st);
+  COALESCE_CUDA_RETURN_IF_ERROR(end);
+  return graph;
+}
+
+// An executable of graph, which it destroys.
+absl::StatusOr<cudaGraphExec_t> Instantiate(cudaGraph_t graph) {
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  COALESCE_CUDA_RETURN_IF_ERROR(inst);
+  return exec;
+}
+
 // Device memory freed on every exit path.
 struct DeviceMemory {
   std::vector<void*> blocks;
@@ -116,18 +138,14 @@ class Prober {
   // captured as one graph: the second of two replays, timed with events.
   absl::StatusOr<double> TimeChain(
       int chain, absl::FunctionRef<absl::Status(int k)> launch) {
-    cudaGraph_t graph = nullptr;
-    COALESCE_CUDA_RETURN_IF_ERROR(
-        cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    absl::Status captured = absl::OkStatus();
-    for (int k = 0; k < chain && captured.ok(); ++k) captured = launch(k);
-    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-    COALESCE_RETURN_IF_ERROR(captured);
-    COALESCE_CUDA_RETURN_IF_ERROR(end);
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    COALESCE_CUDA_RETURN_IF_ERROR(inst);
+    COALESCE_ASSIGN_OR_RETURN(cudaGraph_t graph,
+                              Capture(stream_, [&]() -> absl::Status {
+                                for (int k = 0; k < chain; ++k) {
+                                  COALESCE_RETURN_IF_ERROR(launch(k));
+                                }
+                                return absl::OkStatus();
+                              }));
+    COALESCE_ASSIGN_OR_RETURN(cudaGraphExec_t exec, Instantiate(graph));
     absl::Status st = CudaStatus(cudaGraphLaunch(exec, stream_),
                                  "cudaGraphLaunch", __FILE__, __LINE__);
     if (st.ok())
@@ -289,23 +307,11 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
           hout, dout[set], bytes, cudaMemcpyDeviceToHost, stream));
       return absl::OkStatus();
     };
-    const auto capture = [&](int set) -> absl::StatusOr<cudaGraph_t> {
-      cudaGraph_t graph = nullptr;
-      COALESCE_CUDA_RETURN_IF_ERROR(
-          cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      const absl::Status st = enqueue(set, true, true);
-      const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-      COALESCE_RETURN_IF_ERROR(st);
-      COALESCE_CUDA_RETURN_IF_ERROR(end);
-      return graph;
+    const auto capture = [&](int set) {
+      return Capture(stream, [&] { return enqueue(set, true, true); });
     };
-    cudaGraphExec_t exec = nullptr;
-    {
-      COALESCE_ASSIGN_OR_RETURN(cudaGraph_t graph, capture(0));
-      const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      COALESCE_CUDA_RETURN_IF_ERROR(inst);
-    }
+    COALESCE_ASSIGN_OR_RETURN(cudaGraph_t first, capture(0));
+    COALESCE_ASSIGN_OR_RETURN(cudaGraphExec_t exec, Instantiate(first));
     struct ExecGuard {
       cudaGraphExec_t e;
       ~ExecGuard() { cudaGraphExecDestroy(e); }
