@@ -6,7 +6,8 @@
 // - LayoutTransposeVariantBase: permutations that collapse to a batched 2-D
 //   transpose, run by a transpose kernel (transpose/internal.h) as it would
 //   run a transpose request; others are UNIMPLEMENTED. Unlike the transpose
-//   op's variants, no call cost and no device-dependent efficiency.
+//   op's variants, no device-dependent efficiency, and no call cost but
+//   tma's (kTmaCallSeconds): vec16's made the layout sweeps' choices worse.
 // A variant adds its name and description. Variants are stateless after
 // construction; thread-safe.
 #pragma once

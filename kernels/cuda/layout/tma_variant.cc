@@ -14,6 +14,11 @@ class LayoutTmaVariant final : public LayoutTransposeVariantBase {
     return "collapsed batched transpose by the TMA-fed transpose: persistent "
            "blocks, several input tiles in flight";
   }
+  double EstimateSeconds(const Problem& p,
+                         const DeviceInfo& dev) const override {
+    return LayoutTransposeVariantBase::EstimateSeconds(p, dev) +
+           kTmaCallSeconds;
+  }
 };
 
 }  // namespace

@@ -64,6 +64,12 @@ absl::Status CheckVec16Divisible(const TransposeShape& s);
 // tma.cu: 256-byte tiles read by the tensor memory accelerator, several in
 // flight per persistent block (sm_90).
 extern const TransposeKernel kTmaTranspose;
+// What a tma call costs beyond naive's (transpose_variant.h's CallSeconds),
+// in the transpose op and in the layouts it runs: its persistent blocks
+// start by fetching the tensor maps and filling their pipelines. With it,
+// 16-bit layouts of 0.2-3 MB stop going to tma where vec16 is 1.1-1.6x
+// faster (kernels/cuda/testdata/layout_classes_seed7.txt).
+inline constexpr double kTmaCallSeconds = 0.96e-6;
 // Whether tma's early start prefetches every stage's tile, not only the
 // first: inputs past 1.5x ctx's L2.
 bool TmaPrefetchesEveryStage(const TransposeShape& s, const ExecContext& ctx);

@@ -15,7 +15,7 @@ class TransposeTmaVariant final : public TransposeVariantBase {
   }
 
  protected:
-  double CallSeconds(int) const override { return 0.96e-6; }
+  double CallSeconds(int) const override { return kTmaCallSeconds; }
 };
 
 }  // namespace
