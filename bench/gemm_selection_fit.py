@@ -139,13 +139,15 @@ SIMT_SHAPE = {
     "reg_tiled": (128, 128, 128, 128, 8),
 }
 
-# (efficiency, extra_seconds, step_seconds, hbm_step_seconds, block_seconds):
-# rounded from --fit (efficiency of smem_tiled and reg_tiled: their 4096^3
-# figures, as before).
+# (efficiency, extra_seconds, step_seconds, hbm_step_seconds, block_seconds,
+# and per byte of D: vector_store_seconds, scalar_store_seconds): naive's and
+# smem_tiled's rounded from --fit (smem_tiled's efficiency: its 4096^3
+# figure); reg_tiled's fitted to the sweeps of every class
+# (kernels/cuda/testdata/gemm_classes_seed7.txt; reg_tiled.cu says how).
 SIMT_COST = {
-    "naive": (0.10, 0.55e-6, 34e-9, 22e-9, 200e-9),
-    "smem_tiled": (0.16, 0.25e-6, 2.1e-6, 0.8e-6, 0.0),
-    "reg_tiled": (0.60, 1.6e-6, 0.9e-6, 0.0, 1.5e-6),
+    "naive": (0.10, 0.55e-6, 34e-9, 22e-9, 200e-9, 0.0, 0.0),
+    "smem_tiled": (0.16, 0.25e-6, 2.1e-6, 0.8e-6, 0.0, 0.0, 0.0),
+    "reg_tiled": (0.74, 2.15e-6, 0.68e-6, 0.0, 1.1e-6, 0.18e-12, 0.97e-12),
 }
 
 LT = dict(
@@ -163,13 +165,15 @@ LT = dict(
 
 def simt_seconds(variant, m, n, k, cost=None):
     tile_m, tile_n, pad_m, pad_n, k_step = SIMT_SHAPE[variant]
-    eff, extra, step, hbm_step, block = cost or SIMT_COST[variant]
+    eff, extra, step, hbm_step, block, vec_store, scalar_store = (
+        cost or SIMT_COST[variant])
     padded = 2.0 * (pad_m * cdiv(m, pad_m)) * (pad_n * cdiv(n, pad_n)) * k
     blocks = cdiv(m, tile_m) * cdiv(n, tile_n)
     if operands_from_hbm(m, n, k):
         step += hbm_step
+    store = vec_store if n % 4 == 0 else scalar_store
     return (LAUNCH + extra + cdiv(k, k_step) * step + padded / (eff * FP32_PEAK)
-            + blocks / SMS * block)
+            + blocks / SMS * block + 4.0 * m * n * store)
 
 
 def lt_splits_k(m, n, k, lt=LT):
@@ -264,11 +268,11 @@ def least_squares(x, y, scale):
 def fit(rows):
     """Each variant's measured seconds on seed 7 against its model's terms,
     least squares of the relative error."""
-    fixed_eff = {"naive": None, "smem_tiled": 0.16, "reg_tiled": 0.6}
+    fixed_eff = {"naive": None, "smem_tiled": 0.16, "reg_tiled": 0.74}
     terms = {
         "naive": ("extra", "step", "hbm_step", "block"),
         "smem_tiled": ("extra", "step", "hbm_step"),
-        "reg_tiled": ("extra", "step", "block"),
+        "reg_tiled": ("extra", "step", "block", "vec_store", "scalar_store"),
     }
     for v, (tile_m, tile_n, pad_m, pad_n, k_step) in SIMT_SHAPE.items():
         x, y, scale = [], [], []
@@ -281,6 +285,8 @@ def fit(rows):
                 "step": steps,
                 "hbm_step": steps if operands_from_hbm(m, n, k) else 0,
                 "block": cdiv(m, tile_m) * cdiv(n, tile_n) / SMS,
+                "vec_store": 4.0 * m * n if n % 4 == 0 else 0,
+                "scalar_store": 0 if n % 4 == 0 else 4.0 * m * n,
                 "1/efficiency": padded / FP32_PEAK,
             }
             x.append([f[u] for u in terms[v]] +

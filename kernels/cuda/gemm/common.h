@@ -119,6 +119,11 @@ struct SimtGemmCost {
   double hbm_step_seconds;
   // Per block, spread over the SMs: scheduling, first loads, epilogue.
   double block_seconds;
+  // Per byte of D written, with 16-byte stores (N a multiple of 4) and
+  // without: what the epilogue's stores add once short K leaves them
+  // nothing to hide behind.
+  double vector_store_seconds_per_byte = 0;
+  double scalar_store_seconds_per_byte = 0;
 };
 
 // A SIMT variant's estimate: a launch, plus extra_seconds, plus the K

@@ -59,28 +59,29 @@ constexpr int kBK = 16;    // k per shared tile (one barrier per tile)
 constexpr int kLoadK = 8;  // k per global load round (two per tile)
 constexpr int kThreads = 256;
 constexpr int kPad = 4;
-// The cost model (SimtGemmSeconds), fitted to the H200 selection sweep's
-// seed-7 shapes (bench/gemm_selection_fit.py --fit) with a k-tile-8,
-// register-staged form of this kernel, 0.79 of cuBLASLt at 4096^3 against
-// this one's 0.97: the estimates are pessimistic for reg_tiled until the
-// sweep is re-run (`scripts/gpu-check.sh OUT tune`) and refitted, and
-// k_step stays the fitted 8.
+// The cost model (SimtGemmSeconds), fitted to this kernel's times in the
+// H200 sweeps' seed-7 float32 shapes of every class (kernels/cuda/testdata/
+// gemm_classes_seed7.txt, 600 shapes: relative least squares with the
+// efficiency held at its measured value): the model's median error there
+// 14% -> 8.8%, on seed 8 14% -> 8.4%.
 constexpr SimtGemmCost kCost = {
     kBM, kBN, kBM, kBN,
-    8,  // the fitted K step (step_seconds is per 8 k)
-    // 40.5 TFLOP/s of the fp32 peak's 66.9 at 4096^3 on the H200 with the
-    // fitted form of the kernel (above).
-    0.6,
-    // A few KFLOP: 4.6-6.3 us, 1.5-2 us above naive.
-    1.6e-6,
-    // One tile of one block, alone on its SM: 0.9-1.3 us (64x1805x7849:
-    // 887 us for 982 tiles; 1856x29x6600: 777 us for 825).
-    0.9e-6,
+    8,  // K per step of the model (step_seconds is per 8 k)
+    // 0.97 of cuBLASLt's 51.3 TFLOP/s at 4096^3 on the H200, of the fp32
+    // peak's 66.9.
+    0.74,
+    // Set-up beyond a launch.
+    2.15e-6,
+    // Per 8 k of one block's K loop.
+    0.68e-6,
     // The K loop's double buffering hides HBM as well as L2.
     0,
-    // Per block and SM: 4352x3008x64 took 59 us for 6.2 blocks per SM,
-    // 2504x4022x64 77 us for 4.9.
-    1.5e-6};
+    // Per block and SM.
+    1.1e-6,
+    // Per byte of D: 16-byte stores 0.18 us per MB, scalar ones (N not a
+    // multiple of 4) 0.97, which short K leaves exposed (batch 30 of
+    // 110x806x6: 20.5 us where cuBLASLt took 10.6).
+    0.18e-12, 0.97e-12};
 
 // One thread's share of one load round (kLoadK = 8 k, half a k-tile) of a
 // k-contiguous operand (A not transposed, B transposed: [mn, k]): four
