@@ -16,11 +16,11 @@
 //
 // Transports: inline (tensor bytes in the request and the response), handle
 // (the input uploaded once with PutTensor, the output kept on the server;
-// each output is deleted by a background thread of the worker, at most two
-// behind, so the worker's loop holds only the op), pipeline (as handle, but
-// each worker also uploads one output tensor and every request writes into
-// it through OutputSpec.handle: a closed loop with no housekeeping) and shm
-// (a POSIX shared-memory region per worker, registered with the server,
+// the outputs are deleted by a background thread of the worker, 16 or 1 MiB
+// of them per DeleteTensor, so the worker's loop holds only the op), pipeline
+// (as handle, but each worker also uploads one output tensor and every request
+// writes into it through OutputSpec.handle: a closed loop with no housekeeping)
+// and shm (a POSIX shared-memory region per worker, registered with the server,
 // holds the input and receives the output).
 //
 // Protocols: native (coalesce.v1) and kserve (KServe v2 ModelInfer on the
@@ -132,12 +132,13 @@ using Clock = std::chrono::steady_clock;
 
 // One worker's means of issuing requests of a phase.
 // Deletes a worker's output handles on a thread of its own, so that the
-// worker's next request does not wait for the previous one's DeleteTensor
-// round trip: the delete is the bench's housekeeping, not the op being
-// measured, and done in line it held each worker for a second round trip
-// per request. The queue holds at most kMaxPending handles (Push waits
-// beyond that), so the server never keeps more than that many extra
-// outputs per worker; the destructor deletes what is left.
+// worker's next request does not wait for a DeleteTensor round trip: the
+// delete is the bench's housekeeping, not the op being measured. Handles
+// go in batches, one DeleteTensor for up to kBatch of them or kBatchBytes
+// of tensors (whichever comes first), as a client that keeps its outputs
+// would free them; Push waits while a full batch waits, so the server
+// keeps at most two batches of extra outputs per worker. The destructor
+// deletes what is left.
 class Deleter {
  public:
   explicit Deleter(Client* client) : client_(client) {}
@@ -149,33 +150,46 @@ class Deleter {
     cv_.notify_all();
     thread_.join();
   }
-  void Push(std::string handle) {
+  // handle: an output of `bytes`.
+  void Push(std::string handle, int64_t bytes) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return queue_.size() < kMaxPending; });
+    cv_.wait(lock, [&] { return !Full(); });
     queue_.push_back(std::move(handle));
+    queued_bytes_ += bytes;
     cv_.notify_all();
   }
 
  private:
-  static constexpr size_t kMaxPending = 2;
+  static constexpr size_t kBatch = 16;
+  static constexpr int64_t kBatchBytes = int64_t{1} << 20;
+  bool Full() const {
+    return queue_.size() >= kBatch || queued_bytes_ >= kBatchBytes;
+  }
   void Run() {
     for (;;) {
-      std::string handle;
+      std::vector<std::string> batch;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return done_ || !queue_.empty(); });
+        cv_.wait(lock, [&] { return done_ || Full(); });
         if (queue_.empty()) return;
-        handle = std::move(queue_.front());
-        queue_.pop_front();
+        batch.assign(std::make_move_iterator(queue_.begin()),
+                     std::make_move_iterator(queue_.end()));
+        queue_.clear();
+        queued_bytes_ = 0;
       }
       cv_.notify_all();
-      client_->DeleteTensor(handle).IgnoreError();
+      if (batch.size() == 1) {
+        client_->DeleteTensor(batch[0]).IgnoreError();
+      } else {
+        client_->DeleteTensors(batch).IgnoreError();
+      }
     }
   }
   Client* const client_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;
+  std::vector<std::string> queue_;
+  int64_t queued_bytes_ = 0;
   bool done_ = false;
   std::thread thread_{[this] { Run(); }};  // last: starts after the rest
 };
@@ -683,8 +697,9 @@ absl::StatusOr<Worker> MakeWorker(const Phase& p, int w) {
   if (p.transport == "handle") {
     worker.deleter = std::make_unique<Deleter>(c);
     Deleter* d = worker.deleter.get();
-    worker.after = [d, last_handle] {
-      if (!last_handle->empty()) d->Push(std::move(*last_handle));
+    const int64_t output_bytes = p.tensor_bytes;
+    worker.after = [d, last_handle, output_bytes] {
+      if (!last_handle->empty()) d->Push(std::move(*last_handle), output_bytes);
       last_handle->clear();
     };
   }

@@ -277,6 +277,16 @@ absl::StatusOr<int64_t> Client::DeleteTensor(const std::string& handle) {
   return response->freed_bytes();
 }
 
+absl::StatusOr<int64_t> Client::DeleteTensors(
+    const std::vector<std::string>& handles) {
+  v1::DeleteTensorRequest request;
+  request.mutable_handles()->Add(handles.begin(), handles.end());
+  absl::StatusOr<v1::DeleteTensorResponse> response =
+      impl_->Call(impl_->ops(), &v1::TensorOps::Stub::DeleteTensor, request);
+  if (!response.ok()) return response.status();
+  return response->freed_bytes();
+}
+
 absl::StatusOr<v1::ListTensorsResponse> Client::ListTensors() {
   return impl_->Call(impl_->ops(), &v1::TensorOps::Stub::ListTensors,
                      v1::ListTensorsRequest());

@@ -100,6 +100,10 @@ class Client {
   absl::StatusOr<FetchedTensor> GetTensor(const std::string& handle);
   // The bytes freed.
   absl::StatusOr<int64_t> DeleteTensor(const std::string& handle);
+  // All of handles in one call, or none (the error names the handle): the
+  // bytes freed. At most 4096.
+  absl::StatusOr<int64_t> DeleteTensors(
+      const std::vector<std::string>& handles);
   absl::StatusOr<v1::ListTensorsResponse> ListTensors();
   absl::Status RegisterSharedMemory(const std::string& name,
                                     const std::string& key, uint64_t offset,

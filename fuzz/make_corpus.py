@@ -146,6 +146,8 @@ def request_decode():
         "put_chunk_first": ("PutTensor", 'chunk: "abcd"'),
         "get_tensor": ("GetTensor", 'handle: "f32" chunk_bytes: 7'),
         "delete_tensor": ("DeleteTensor", 'handle: "t-0123456789abcdef"'),
+        "delete_tensors": ("DeleteTensor",
+                           'handle: "f32" handles: "f16" handles: "f32"'),
         "list_tensors": ("ListTensors", ""),
         "register_shm": (
             "RegisterSharedMemory", 'name: "in" key: "/coalesce-fuzz-decode-1" '

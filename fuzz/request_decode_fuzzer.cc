@@ -489,8 +489,10 @@ void DecodeRpc(Rpc rpc, absl::string_view in) {
       return IfParses<v1::GetTensorRequest>(in, DecodeGet);
     case Rpc::kDeleteTensor:
       // Looked up, not deleted: the fixture serves every input alike.
-      return IfParses<v1::DeleteTensorRequest>(
-          in, [](const auto& r) { FindHandle(r.handle()); });
+      return IfParses<v1::DeleteTensorRequest>(in, [](const auto& r) {
+        FindHandle(r.handle());
+        for (const std::string& h : r.handles()) FindHandle(h);
+      });
     case Rpc::kRegisterSharedMemory:
       return IfParses<v1::RegisterSharedMemoryRequest>(in, Register);
     case Rpc::kUnregisterSharedMemory:

@@ -569,6 +569,16 @@ TEST_F(E2eTest, PutListGetRemoveAServerSideTensor) {
   const CliResult again = Cli({"rm", "e2e-tensor"});
   EXPECT_EQ(again.exit_code, 1) << again;
   EXPECT_THAT(again.err, HasSubstr("NOT_FOUND")) << again;
+  // Several in one call: all, or none when one is missing.
+  for (const char* name : {"--name=e2e-a", "--name=e2e-b"}) {
+    ASSERT_EQ(Cli({"put", Path("put.npy"), name}).exit_code, 0);
+  }
+  const CliResult some = Cli({"rm", "e2e-a", "e2e-missing", "e2e-b"});
+  EXPECT_EQ(some.exit_code, 1) << some;
+  EXPECT_THAT(some.err, HasSubstr("handles[1]")) << some;
+  const CliResult both = Cli({"rm", "e2e-a", "e2e-b"});
+  ASSERT_EQ(both.exit_code, 0) << both;
+  EXPECT_THAT(both.out, HasSubstr("120 bytes freed")) << both;
 }
 
 class E2eDTypeTest : public E2eTest,

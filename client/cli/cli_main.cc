@@ -84,7 +84,7 @@ subcommands:
   put FILE.npy [--name=H] [--dtype=]   upload a tensor, print its handle
       [--device_ordinal=N]              (kept on server device N)
   get HANDLE --output=FILE.npy          download a tensor kept on the server
-  rm HANDLE                             delete it (prints the bytes freed)
+  rm HANDLE...                          delete them, all or none (prints the bytes freed)
   ls                                    the tensors kept on the server
   explain OP [op flags] [--measure]
               which variants could run this request, their estimated and

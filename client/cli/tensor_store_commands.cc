@@ -59,8 +59,11 @@ absl::Status Get(Client& client, const std::string& handle) {
   return WriteNpy(output, a);
 }
 
-absl::Status Remove(Client& client, const std::string& handle) {
-  COALESCE_ASSIGN_OR_RETURN(int64_t freed, client.DeleteTensor(handle));
+// One DeleteTensor for all of them: every one is deleted, or none.
+absl::Status Remove(Client& client, const std::vector<std::string>& handles) {
+  COALESCE_ASSIGN_OR_RETURN(int64_t freed, handles.size() == 1
+                                               ? client.DeleteTensor(handles[0])
+                                               : client.DeleteTensors(handles));
   std::printf("%lld bytes freed\n", static_cast<long long>(freed));
   return absl::OkStatus();
 }
@@ -83,10 +86,12 @@ absl::Status List(Client& client) {
 absl::StatusOr<int> RunTensorStoreCommand(absl::string_view command,
                                           const std::vector<std::string>& args,
                                           Connector connect) {
-  const bool takes_arg = command != "ls";
-  if (args.size() != (takes_arg ? 1u : 0u)) {
-    return UsageError(absl::StrCat(
-        command, takes_arg ? " takes one argument" : " takes no argument"));
+  if (command == "rm" ? args.empty()
+                      : args.size() != (command == "ls" ? 0u : 1u)) {
+    return UsageError(
+        absl::StrCat(command, command == "rm"   ? " takes one or more handles"
+                              : command == "ls" ? " takes no argument"
+                                                : " takes one argument"));
   }
   COALESCE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, connect());
   if (command == "put") {
@@ -94,7 +99,7 @@ absl::StatusOr<int> RunTensorStoreCommand(absl::string_view command,
   } else if (command == "get") {
     COALESCE_RETURN_IF_ERROR(Get(*client, args[0]));
   } else if (command == "rm") {
-    COALESCE_RETURN_IF_ERROR(Remove(*client, args[0]));
+    COALESCE_RETURN_IF_ERROR(Remove(*client, args));
   } else {
     COALESCE_RETURN_IF_ERROR(List(*client));
   }

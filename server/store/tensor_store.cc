@@ -312,6 +312,30 @@ absl::StatusOr<int64_t> TensorStore::Delete(absl::string_view owner,
   return bytes;
 }
 
+absl::StatusOr<int64_t> TensorStore::DeleteAll(
+    absl::string_view owner, absl::Span<const std::string> handles,
+    size_t* absent) {
+  Erased erased;  // after the lock is released
+  absl::MutexLock lock(&mu_);
+  std::vector<std::map<Key, Entry>::iterator> found;
+  found.reserve(handles.size());
+  for (size_t i = 0; i < handles.size(); ++i) {
+    auto it = tensors_.find({std::string(owner), handles[i]});
+    if (it == tensors_.end()) {
+      *absent = i;
+      return absl::NotFoundError(
+          absl::StrCat("no tensor ", Quoted(handles[i])));
+    }
+    found.push_back(it);
+  }
+  int64_t bytes = 0;
+  for (auto it : found) {
+    bytes += it->second.tensor->bytes;
+    EraseLocked(it, erased);
+  }
+  return bytes;
+}
+
 void TensorStore::EraseLocked(std::map<Key, Entry>::iterator it,
                               Erased& erased) {
   Entry& entry = it->second;

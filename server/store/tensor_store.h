@@ -49,6 +49,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/dtype.h"
 #include "kernels/core/backend.h"
 #include "kernels/core/problem.h"
@@ -203,6 +204,12 @@ class TensorStore {
   // stay charged until nothing holds the tensor. NOT_FOUND if absent.
   absl::StatusOr<int64_t> Delete(absl::string_view owner,
                                  absl::string_view handle);
+  // Removes all of owner's tensors `handles` (distinct) and returns their
+  // bytes, or none of them: NOT_FOUND naming the first absent, whose index
+  // goes to *absent.
+  absl::StatusOr<int64_t> DeleteAll(absl::string_view owner,
+                                    absl::Span<const std::string> handles,
+                                    size_t* absent);
   // owner's committed tensors, by handle.
   std::vector<TensorListing> List(absl::string_view owner) const;
   // Bytes charged: to owner, and to all owners.

@@ -132,6 +132,29 @@ TEST_F(TensorStoreTest, DeleteFreesMemoryAndQuota) {
   Put(*store, "a", 1000);  // the quota is whole again
 }
 
+TEST_F(TensorStoreTest, DeleteAllRemovesEveryOneOrNone) {
+  auto store = MakeStore(10000, 10000, absl::InfiniteDuration());
+  const std::string x = Put(*store, "a", 100)->handle;
+  const std::string y = Put(*store, "a", 200)->handle;
+  const std::string theirs = Put(*store, "b", 300)->handle;
+  size_t absent = 99;
+  // Another owner's tensor is absent for this one: nothing goes.
+  absl::StatusOr<int64_t> freed =
+      store->DeleteAll("a", {x, theirs, y}, &absent);
+  EXPECT_EQ(freed.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(absent, 1u);
+  EXPECT_EQ(store->used_bytes("a"), 300);
+  EXPECT_EQ(store->used_bytes("b"), 300);
+  EXPECT_TRUE(store->Find("a", x).ok());
+  freed = store->DeleteAll("a", {y, x}, &absent);
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_EQ(*freed, 300);
+  EXPECT_EQ(store->used_bytes("a"), 0);
+  EXPECT_EQ(memory_.live(), 300);  // b's
+  EXPECT_EQ(store->Find("a", y).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store->Find("b", theirs).ok());
+}
+
 // stats() counts committed tensors and uploads in progress through every
 // way in and out: commit, delete, expiry, an abandoned upload.
 TEST_F(TensorStoreTest, StatsFollowEveryTransition) {

@@ -45,6 +45,19 @@ def test_named_handle(client, rng):
         client.delete_tensor(name)
 
 
+def test_delete_tensors_all_or_none(client, rng):
+    xs = [random_array(rng, (n, 3), np.float32) for n in (1, 2, 3)]
+    hs = [client.put_tensor(x) for x in xs]
+    listed = lambda: {t.handle for t in client.list_tensors().tensors}
+    with pytest.raises(coalesce.CoalesceError) as e:
+        client.delete_tensors([hs[0], "no-such-tensor", hs[1]])
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    assert "handles[1]" in e.value.message
+    assert {h.handle for h in hs} <= listed()
+    assert client.delete_tensors(hs) == sum(x.nbytes for x in xs)
+    assert not {h.handle for h in hs} & listed()
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_chain_gemm_transpose_gelu_ln(client, rng, dtype):
     """put A, B -> D = A@B (handle) -> D^T (handle) -> gelu_ln(D^T) (handle)

@@ -113,6 +113,69 @@ TEST_F(DataPlaneTest, PutGetRoundTripInOddChunks) {
             absl::StatusCode::kNotFound);
 }
 
+// Several tensors in one DeleteTensor: all of them, or none with the
+// field of the one that stopped it.
+TEST_F(DataPlaneTest, DeleteTensorsAllOrNone) {
+  std::vector<std::string> handles;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<v1::TensorInfo> info = client_->PutTensor(
+        v1::DATA_TYPE_FLOAT32, {i + 1}, RandomFloats(i + 1, 10 + i));
+    ASSERT_TRUE(info.ok()) << info.status();
+    handles.push_back(info->handle());
+  }
+  ClientOptions o;
+  o.server = absl::StrCat("unix:", socket_path_);
+  o.client_id = "other-client";
+  absl::StatusOr<std::unique_ptr<Client>> other = Client::Connect(o);
+  ASSERT_TRUE(other.ok()) << other.status();
+  absl::StatusOr<v1::TensorInfo> theirs =
+      (*other)->PutTensor(v1::DATA_TYPE_FLOAT32, {3}, RandomFloats(3, 20));
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+
+  const auto listed = [&] {
+    absl::StatusOr<v1::ListTensorsResponse> list = client_->ListTensors();
+    EXPECT_TRUE(list.ok());
+    return list.ok() ? list->tensors_size() : -1;
+  };
+  // Another client's tensor is not found for this one; nothing is deleted.
+  absl::Status s =
+      client_->DeleteTensors({handles[0], theirs->handle(), handles[1]})
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("handles[1]: no tensor"));
+  EXPECT_THAT(s.message(), HasSubstr("nothing was deleted"));
+  EXPECT_EQ(listed(), 5);
+  s = client_->DeleteTensors({handles[0], handles[2], handles[0]}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("handles[2]"));
+  EXPECT_THAT(s.message(), HasSubstr("repeats handles[0]"));
+  EXPECT_EQ(listed(), 5);
+  std::vector<std::string> too_many(4097, handles[0]);
+  s = client_->DeleteTensors(too_many).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("handles: 4097 tensors"));
+
+  // handle and handles together: float32 tensors of 1, 2 and 4 elements.
+  auto stub = Stub();
+  grpc::ClientContext context;
+  context.AddMetadata("x-coalesce-client", "test-client");
+  v1::DeleteTensorRequest request;
+  request.set_handle(handles[0]);
+  request.add_handles(handles[1]);
+  request.add_handles(handles[3]);
+  v1::DeleteTensorResponse response;
+  grpc::Status g = stub->DeleteTensor(&context, request, &response);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(response.freed_bytes(), 4 * (1 + 2 + 4));
+  EXPECT_EQ(listed(), 2);
+  absl::StatusOr<int64_t> freed =
+      client_->DeleteTensors({handles[2], handles[4]});
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_EQ(*freed, 4 * (3 + 5));
+  EXPECT_EQ(listed(), 0);
+  EXPECT_TRUE((*other)->GetTensor(theirs->handle()).ok());
+}
+
 TEST_F(DataPlaneTest, ChunkOverrunAndUnderrunAreRejected) {
   // The client library sends exactly the bytes it is given: a short or long
   // buffer for the shape is an underrun or an overrun at the server.

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -1219,11 +1220,58 @@ grpc::ServerUnaryReactor* TensorOpsService::DeleteTensor(
     Call call(metrics_, Rpc::kDeleteTensor, *context);
     const absl::StatusOr<Caller> caller = auth_->Authenticate(*context);
     if (!caller.ok()) return call.Finish(caller.status(), *request, *response);
-    absl::StatusOr<int64_t> freed =
-        tensors_->Delete(caller->identity, request->handle());
+    if (request->handles().empty()) {
+      absl::StatusOr<int64_t> freed =
+          tensors_->Delete(caller->identity, request->handle());
+      if (freed.ok()) response->set_freed_bytes(*freed);
+      return call.Finish(InField(freed.status(), "handle"), *request,
+                         *response);
+    }
+    absl::StatusOr<int64_t> freed = DeleteTensors(caller->identity, *request);
     if (freed.ok()) response->set_freed_bytes(*freed);
-    return call.Finish(InField(freed.status(), "handle"), *request, *response);
+    return call.Finish(freed.status(), *request, *response);
   }());
+}
+
+absl::StatusOr<int64_t> TensorOpsService::DeleteTensors(
+    const std::string& owner, const v1::DeleteTensorRequest& request) {
+  // Checked before anything is copied: the count, then repeats.
+  const int count = request.handles_size() + (request.handle().empty() ? 0 : 1);
+  if (count > kMaxDeleteHandles) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "handles: ", count, " tensors in one DeleteTensor, at most ",
+        kMaxDeleteHandles));
+  }
+  std::vector<std::string> handles;
+  std::vector<std::string> fields;
+  handles.reserve(count);
+  fields.reserve(count);
+  if (!request.handle().empty()) {
+    handles.push_back(request.handle());
+    fields.push_back("handle");
+  }
+  for (int i = 0; i < request.handles_size(); ++i) {
+    handles.push_back(request.handles(i));
+    fields.push_back(absl::StrCat("handles[", i, "]"));
+  }
+  absl::flat_hash_map<absl::string_view, size_t> seen;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    auto [it, inserted] = seen.emplace(handles[i], i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(fields[i], ": ", Quoted(handles[i]), " repeats ",
+                       fields[it->second], "; nothing was deleted"));
+    }
+  }
+  size_t absent = 0;
+  absl::StatusOr<int64_t> freed = tensors_->DeleteAll(owner, handles, &absent);
+  if (!freed.ok()) {
+    return absl::Status(
+        freed.status().code(),
+        absl::StrCat(fields[absent], ": ", freed.status().message(),
+                     "; nothing was deleted"));
+  }
+  return freed;
 }
 
 grpc::ServerUnaryReactor* TensorOpsService::ListTensors(

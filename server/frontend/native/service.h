@@ -209,6 +209,11 @@ class TensorOpsService final : public v1::TensorOps::CallbackService {
                    const Caller& caller, const DecodedRequest& d, int device,
                    absl::Span<v1::Tensor* const> outputs,
                    v1::KernelReport* report);
+  // DeleteTensor of several tensors (handle and handles): all of owner's
+  // or none, each error naming its field.
+  static constexpr int kMaxDeleteHandles = 4096;
+  absl::StatusOr<int64_t> DeleteTensors(const std::string& owner,
+                                        const v1::DeleteTensorRequest& request);
   // The device (index) whose scheduler takes a request: the one holding
   // most of its resident operands' bytes, else the healthy one with the
   // least outstanding work (Scheduler::Stats::outstanding_seconds).

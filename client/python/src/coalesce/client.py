@@ -413,6 +413,14 @@ class Client:
                           pb.DeleteTensorRequest(handle=str(handle)),
                           timeout).freed_bytes
 
+    def delete_tensors(self, handles, *, timeout=None):
+        """Frees several tensors in one call, all of them or none (the error
+        names the handle that stopped it); returns the bytes freed."""
+        return self._call(
+            "DeleteTensor",
+            pb.DeleteTensorRequest(handles=[str(h) for h in handles]),
+            timeout).freed_bytes
+
     def list_tensors(self, *, timeout=None):
         r = self._call("ListTensors", pb.ListTensorsRequest(), timeout)
         return TensorList(
