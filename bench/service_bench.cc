@@ -156,7 +156,9 @@ class Deleter {
     cv_.wait(lock, [&] { return !Full(); });
     queue_.push_back(std::move(handle));
     queued_bytes_ += bytes;
-    cv_.notify_all();
+    // Only a full batch wakes the thread: a wake-up per handle would cost
+    // the client a context switch per request.
+    if (Full()) cv_.notify_all();
   }
 
  private:
