@@ -140,13 +140,13 @@ SIMT_SHAPE = {
 }
 
 # (efficiency, extra_seconds, step_seconds, hbm_step_seconds, block_seconds,
-# and per byte of D: vector_store_seconds, scalar_store_seconds): naive's and
-# smem_tiled's rounded from --fit (smem_tiled's efficiency: its 4096^3
-# figure); reg_tiled's fitted to the sweeps of every class
-# (kernels/cuda/testdata/gemm_classes_seed7.txt; reg_tiled.cu says how).
+# and per byte of D: vector_store_seconds, scalar_store_seconds): naive's
+# rounded from --fit; smem_tiled's and reg_tiled's fitted to the sweeps of
+# every class (kernels/cuda/testdata/gemm_classes_seed7.txt; smem_tiled.cu
+# and reg_tiled.cu say how).
 SIMT_COST = {
     "naive": (0.10, 0.55e-6, 34e-9, 22e-9, 200e-9, 0.0, 0.0),
-    "smem_tiled": (0.16, 0.25e-6, 2.1e-6, 0.8e-6, 0.0, 0.0, 0.0),
+    "smem_tiled": (0.16, 0.0, 2.12e-6, 0.465e-6, 0.52e-6, 0.0, 0.0),
     "reg_tiled": (0.74, 2.15e-6, 0.68e-6, 0.0, 1.1e-6, 0.18e-12, 0.97e-12),
 }
 
@@ -271,7 +271,7 @@ def fit(rows):
     fixed_eff = {"naive": None, "smem_tiled": 0.16, "reg_tiled": 0.74}
     terms = {
         "naive": ("extra", "step", "hbm_step", "block"),
-        "smem_tiled": ("extra", "step", "hbm_step"),
+        "smem_tiled": ("extra", "step", "hbm_step", "block"),
         "reg_tiled": ("extra", "step", "block", "vec_store", "scalar_store"),
     }
     for v, (tile_m, tile_n, pad_m, pad_n, k_step) in SIMT_SHAPE.items():
