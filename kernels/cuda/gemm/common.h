@@ -119,6 +119,9 @@ struct SimtGemmCost {
   double hbm_step_seconds;
   // Per block, spread over the SMs: scheduling, first loads, epilogue.
   double block_seconds;
+  // Added to each step when B is transposed (a kernel whose loads of B
+  // then fall K apart).
+  double trans_b_step_seconds = 0;
   // Per byte of D written, with 16-byte stores (N a multiple of 4) and
   // without: what the epilogue's stores add once short K leaves them
   // nothing to hide behind.

@@ -37,7 +37,13 @@ constexpr SimtGemmCost kCost = {
     22e-9,
     // Short K, many blocks: 2432x256x1 took 7.65 us for 18 blocks per SM,
     // 97x7808x8 10.6 us for 26.
-    200e-9};
+    200e-9,
+    // B transposed: a warp's 16 loads of B fall K apart instead of on one
+    // row (64x64x64 took 8.5 us against 5.7). The estimates ran 1.3-1.5x
+    // short there in every dtype; a grid on the H200 sweeps' seed-7 shapes
+    // (kernels/cuda/testdata/gemm_classes_seed7.txt) scored by the share
+    // within 10%: 30 ns (10-40 tried).
+    30e-9};
 
 template <typename T>
 __global__ void __launch_bounds__(kTile* kTile)

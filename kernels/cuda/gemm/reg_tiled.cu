@@ -78,6 +78,8 @@ constexpr SimtGemmCost kCost = {
     0,
     // Per block and SM.
     1.1e-6,
+    // B transposed: staged through the tile, no cost of its own.
+    0,
     // Per byte of D: 16-byte stores 0.18 us per MB, scalar ones (N not a
     // multiple of 4) 0.97, which short K leaves exposed (batch 30 of
     // 110x806x6: 20.5 us where cuBLASLt took 10.6).

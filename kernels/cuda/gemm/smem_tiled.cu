@@ -42,7 +42,9 @@ constexpr SimtGemmCost kCost = {
     // From HBM, per step.
     0.465e-6,
     // Per block and SM.
-    0.52e-6};
+    0.52e-6,
+    // B transposed: staged through the tile, no cost of its own.
+    0};
 
 template <typename T>
 __global__ void __launch_bounds__(kTile* kRows)
