@@ -121,9 +121,16 @@ double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
   auto up = [](int64_t x, int64_t to) { return (x + to - 1) / to; };
   const double batch = static_cast<double>(p.batch);
   const double steps = static_cast<double>(up(p.k, c.k_step));
+  // With B transposed, a row of tile_n outputs loads from min(N, tile_n)
+  // rows of B.
+  const double trans_b =
+      p.trans_b
+          ? c.trans_b_step_seconds *
+                static_cast<double>(std::min<int64_t>(p.n, c.tile_n)) / c.tile_n
+          : 0;
   const double step = c.step_seconds +
                       (GemmOperandsFromHbm(p, dev) ? c.hbm_step_seconds : 0) +
-                      (p.trans_b ? c.trans_b_step_seconds : 0);
+                      trans_b;
   const double padded_flops = 2.0 * batch *
                               static_cast<double>(c.pad_m * up(p.m, c.pad_m)) *
                               static_cast<double>(c.pad_n * up(p.n, c.pad_n)) *

@@ -120,7 +120,8 @@ struct SimtGemmCost {
   // Per block, spread over the SMs: scheduling, first loads, epilogue.
   double block_seconds;
   // Added to each step when B is transposed (a kernel whose loads of B
-  // then fall K apart).
+  // then fall K apart), for a full tile_n of N; N under tile_n pays its
+  // share.
   double trans_b_step_seconds = 0;
   // Per byte of D written, with 16-byte stores (N a multiple of 4) and
   // without: what the epilogue's stores add once short K leaves them

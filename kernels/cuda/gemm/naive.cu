@@ -39,10 +39,12 @@ constexpr SimtGemmCost kCost = {
     // 97x7808x8 10.6 us for 26.
     200e-9,
     // B transposed: a warp's 16 loads of B fall K apart instead of on one
-    // row (64x64x64 took 8.5 us against 5.7). The estimates ran 1.3-1.5x
-    // short there in every dtype; a grid on the H200 sweeps' seed-7 shapes
-    // (kernels/cuda/testdata/gemm_classes_seed7.txt) scored by the share
-    // within 10%: 30 ns (10-40 tried).
+    // row (64x64x64 took 8.5 us against 5.7; with N of 2-8 they stay few:
+    // 128x3x64 5.3 us). The estimates ran 1.3-1.5x short there in every
+    // dtype; a grid on the H200 sweeps' seed-7 shapes (kernels/cuda/
+    // testdata/gemm_classes_seed7.txt) scored by the share within 10%: 30
+    // ns (10-40 tried) for 16 rows of B, N under 16 its share (counting 32
+    // rows scored 2 shapes of 1800 more).
     30e-9};
 
 template <typename T>
