@@ -60,7 +60,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -180,11 +179,7 @@ class Deleter {
         queued_bytes_ = 0;
       }
       cv_.notify_all();
-      if (batch.size() == 1) {
-        client_->DeleteTensor(batch[0]).IgnoreError();
-      } else {
-        client_->DeleteTensors(batch).IgnoreError();
-      }
+      client_->DeleteTensors(batch).IgnoreError();
     }
   }
   Client* const client_;

@@ -99,6 +99,14 @@ class Client::Impl {
     return response;
   }
 
+  // DeleteTensor: the bytes freed.
+  absl::StatusOr<int64_t> Delete(const v1::DeleteTensorRequest& request) {
+    absl::StatusOr<v1::DeleteTensorResponse> response =
+        Call(ops(), &v1::TensorOps::Stub::DeleteTensor, request);
+    if (!response.ok()) return response.status();
+    return response->freed_bytes();
+  }
+
   // Deadline and client id of one call.
   void Prepare(grpc::ClientContext* context) const {
     if (timeout_ != absl::InfiniteDuration()) {
@@ -271,20 +279,14 @@ absl::StatusOr<FetchedTensor> Client::GetTensor(const std::string& handle) {
 absl::StatusOr<int64_t> Client::DeleteTensor(const std::string& handle) {
   v1::DeleteTensorRequest request;
   request.set_handle(handle);
-  absl::StatusOr<v1::DeleteTensorResponse> response =
-      impl_->Call(impl_->ops(), &v1::TensorOps::Stub::DeleteTensor, request);
-  if (!response.ok()) return response.status();
-  return response->freed_bytes();
+  return impl_->Delete(request);
 }
 
 absl::StatusOr<int64_t> Client::DeleteTensors(
     const std::vector<std::string>& handles) {
   v1::DeleteTensorRequest request;
   request.mutable_handles()->Add(handles.begin(), handles.end());
-  absl::StatusOr<v1::DeleteTensorResponse> response =
-      impl_->Call(impl_->ops(), &v1::TensorOps::Stub::DeleteTensor, request);
-  if (!response.ok()) return response.status();
-  return response->freed_bytes();
+  return impl_->Delete(request);
 }
 
 absl::StatusOr<v1::ListTensorsResponse> Client::ListTensors() {

@@ -301,15 +301,8 @@ absl::StatusOr<std::shared_ptr<const StoredTensor>> TensorStore::Find(
 
 absl::StatusOr<int64_t> TensorStore::Delete(absl::string_view owner,
                                             absl::string_view handle) {
-  Erased erased;  // after the lock is released
-  absl::MutexLock lock(&mu_);
-  auto it = tensors_.find({std::string(owner), std::string(handle)});
-  if (it == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat("no tensor ", Quoted(handle)));
-  }
-  const int64_t bytes = it->second.tensor->bytes;
-  EraseLocked(it, erased);
-  return bytes;
+  size_t absent = 0;
+  return DeleteAll(owner, {std::string(handle)}, &absent);
 }
 
 absl::StatusOr<int64_t> TensorStore::DeleteAll(

@@ -1243,24 +1243,23 @@ absl::StatusOr<int64_t> TensorOpsService::DeleteTensors(
         kMaxDeleteHandles));
   }
   std::vector<std::string> handles;
-  std::vector<std::string> fields;
   handles.reserve(count);
-  fields.reserve(count);
-  if (!request.handle().empty()) {
-    handles.push_back(request.handle());
-    fields.push_back("handle");
-  }
-  for (int i = 0; i < request.handles_size(); ++i) {
-    handles.push_back(request.handles(i));
-    fields.push_back(absl::StrCat("handles[", i, "]"));
-  }
+  if (!request.handle().empty()) handles.push_back(request.handle());
+  handles.insert(handles.end(), request.handles().begin(),
+                 request.handles().end());
+  // The request field of handles[i], for an error.
+  const size_t first = request.handle().empty() ? 0 : 1;
+  const auto field = [first](size_t i) {
+    return i < first ? std::string("handle")
+                     : absl::StrCat("handles[", i - first, "]");
+  };
   absl::flat_hash_map<absl::string_view, size_t> seen;
   for (size_t i = 0; i < handles.size(); ++i) {
     auto [it, inserted] = seen.emplace(handles[i], i);
     if (!inserted) {
       return absl::InvalidArgumentError(
-          absl::StrCat(fields[i], ": ", Quoted(handles[i]), " repeats ",
-                       fields[it->second], "; nothing was deleted"));
+          absl::StrCat(field(i), ": ", Quoted(handles[i]), " repeats ",
+                       field(it->second), "; nothing was deleted"));
     }
   }
   size_t absent = 0;
@@ -1268,7 +1267,7 @@ absl::StatusOr<int64_t> TensorOpsService::DeleteTensors(
   if (!freed.ok()) {
     return absl::Status(
         freed.status().code(),
-        absl::StrCat(fields[absent], ": ", freed.status().message(),
+        absl::StrCat(field(absent), ": ", freed.status().message(),
                      "; nothing was deleted"));
   }
   return freed;
