@@ -142,8 +142,9 @@ double SimtGemmSeconds(const GemmProblem& p, const DeviceInfo& dev,
           : 0;
   const double blocks = static_cast<double>(OutputTiles(p, c.tile_m, c.tile_n));
   const double blocks_per_sm = blocks / std::max(dev.multiprocessors, 1);
-  const double d_bytes =
-      batch * static_cast<double>(p.m) * static_cast<double>(p.n) * 4;
+  const double d_bytes = batch * static_cast<double>(p.m) *
+                         static_cast<double>(p.n) *
+                         static_cast<double>(ElementSize(p.dtype));
   const double store = p.n % 4 == 0 ? c.vector_store_seconds_per_byte
                                     : c.scalar_store_seconds_per_byte;
   return kGpuLaunchSeconds + c.extra_seconds + steps * step + t_math +
