@@ -84,6 +84,8 @@ absl::Status ResidentMemory::Init() {
 
 void ResidentMemory::Shutdown() {
   if (stream_) {
+    cudaSetDevice(ordinal_);
+    ReleaseCached(/*close=*/true);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
     stream_ = nullptr;
@@ -96,28 +98,52 @@ absl::StatusOr<std::shared_ptr<void>> ResidentMemory::Allocate(int64_t bytes) {
         absl::StrCat("resident allocation of ", bytes, " bytes"));
   }
   COALESCE_RETURN_IF_ERROR(lanes_->health().Status());
-  COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
-  void* q = nullptr;
-  // A 0-byte tensor still gets a distinct, freeable pointer.
-  const absl::Status allocated = [&]() -> absl::Status {
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaMallocAsync(
-        &q, static_cast<size_t>(std::max<int64_t>(bytes, 1)), stream_));
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
-  }();
-  if (!allocated.ok()) {
-    if (q != nullptr) cudaFreeAsync(q, stream_);
-    return lanes_->health().Track(allocated);
+  void* q = cache_->Take(bytes);
+  if (q == nullptr) {
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    absl::Status allocated = AllocateFromPool(bytes, &q);
+    if (!allocated.ok() && cudaPeekAtLastError() == cudaErrorMemoryAllocation) {
+      // Out of memory, not sticky: the cached blocks go back to the pool
+      // and the allocation is tried once more.
+      cudaGetLastError();
+      ReleaseCached();
+      allocated = AllocateFromPool(bytes, &q);
+    }
+    if (!allocated.ok()) return lanes_->health().Track(allocated);
   }
   const int ordinal = ordinal_;
   cudaStream_t stream = stream_;
-  return std::shared_ptr<void>(q, [ordinal, stream](void* r) {
-    // The last reference may go on any thread, whose current device may
-    // be another; a failure here has no caller to report to and is left
-    // to the next call's error check (DeviceHealth::Track).
-    cudaSetDevice(ordinal);
-    cudaFreeAsync(r, stream);
-  });
+  return std::shared_ptr<void>(
+      q, [cache = cache_, bytes, ordinal, stream](void* r) {
+        // Nothing on the device uses r any more (the class comment): kept
+        // for the next allocation of its size, or freed. The last
+        // reference may go on any thread, whose current device may be
+        // another; a failure here has no caller to report to and is left
+        // to the next call's error check (DeviceHealth::Track).
+        if (cache->Put(bytes, r)) return;
+        cudaSetDevice(ordinal);
+        cudaFreeAsync(r, stream);
+      });
+}
+
+absl::Status ResidentMemory::AllocateFromPool(int64_t bytes, void** q) {
+  *q = nullptr;
+  absl::Status s =
+      CudaStatus(cudaMallocAsync(q, BlockCache::BlockBytes(bytes), stream_),
+                 "cudaMallocAsync", __FILE__, __LINE__);
+  if (s.ok()) {
+    s = CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize",
+                   __FILE__, __LINE__);
+  }
+  if (!s.ok() && *q != nullptr) {
+    cudaFreeAsync(*q, stream_);
+    *q = nullptr;
+  }
+  return s;
+}
+
+void ResidentMemory::ReleaseCached(bool close) {
+  for (void* block : cache_->TakeAll(close)) cudaFreeAsync(block, stream_);
 }
 
 absl::Status ResidentMemory::CopyIn(void* dst, const void* src, int64_t bytes) {

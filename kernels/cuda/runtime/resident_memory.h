@@ -6,10 +6,14 @@
 // device's memory figures (MemoryStats).
 //
 // An allocation is synchronized before it is handed out, so the lanes'
-// streams may use it without an event; its free is enqueued after every
-// use has completed (Execute and the copies synchronize before they
-// return, a writer's Finish or destructor waits for its copies, and the
-// store drops a tensor only after its users are done).
+// streams may use it without an event; it is released after every use has
+// completed (Execute and the copies synchronize before they return, a
+// writer's Finish or destructor waits for its copies, and the store drops
+// a tensor only after its users are done). Released blocks are kept for
+// the next allocation of their size (BlockCache: up to
+// kCachedBytes in all), which then makes no CUDA call at all; the rest go
+// back to the pool, as the cached ones do when an allocation finds the
+// device full, and at Shutdown.
 //
 // Thread-safety: Allocate, the copies, OpenWriter and Stats are
 // thread-safe; a writer is used by one thread at a time. Init and Shutdown
@@ -18,12 +22,14 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/core/backend.h"
+#include "kernels/cuda/runtime/block_cache.h"
 #include "kernels/cuda/runtime/lane_pool.h"
 
 namespace coalesce::cuda {
@@ -45,6 +51,12 @@ class ResidentMemory {
 
   // Backend::AllocateResident.
   absl::StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes);
+  // Blocks kept for reuse: at most this much device memory, in blocks of
+  // up to kCachedBlockBytes (larger ones pay the pool's call, which their
+  // copies dwarf).
+  static constexpr size_t kCachedBytes = size_t{256} << 20;
+  static constexpr size_t kCachedBlockBytes = size_t{64} << 20;
+  size_t cached_bytes() const { return cache_->cached_bytes(); }
   // Host <-> resident, range already checked; synchronized, so that the
   // bytes are in place for whichever lane reads them next.
   absl::Status CopyIn(void* dst, const void* src, int64_t bytes);
@@ -60,9 +72,19 @@ class ResidentMemory {
   MemoryStats Stats() const;
 
  private:
+  // From the pool on stream_, synchronized; *q null on failure.
+  absl::Status AllocateFromPool(int64_t bytes, void** q);
+  // The cached blocks back to the pool (stream-ordered on stream_); with
+  // close, blocks released later are freed instead of cached.
+  void ReleaseCached(bool close = false);
+
   const int ordinal_;
   LanePool* const lanes_;
   cudaStream_t stream_ = nullptr;
+  // Shared with the allocations' deleters, which may outlive a failed
+  // start-up's object.
+  const std::shared_ptr<BlockCache> cache_ =
+      std::make_shared<BlockCache>(kCachedBytes, kCachedBlockBytes);
 };
 
 }  // namespace coalesce::cuda
