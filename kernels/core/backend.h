@@ -37,8 +37,9 @@ absl::string_view PlacementName(Placement p);
 // What one Execute measured.
 struct RunResult {
   double kernel_seconds = 0;  // the variant's Run, timed on the device
-  // Staging host inputs to the device and host outputs back; resident
-  // operands are not staged (0 on CPU).
+  // Host time from the call's start to its kernels' release (host inputs
+  // staged, copies and launches queued), and from there to its outputs in
+  // place less kernel_seconds (0 on CPU, which computes in place).
   double h2d_seconds = 0;
   double d2h_seconds = 0;
   // The call's wait for a free stream (GPU lane) before any of its work was

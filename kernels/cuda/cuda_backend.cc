@@ -3,6 +3,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -404,10 +406,10 @@ class CudaBackend final : public Backend {
   // d2h times count only the host operands.
   absl::Status ExecuteOnLane(Lane& l, const KernelVariant& v, const Problem& p,
                              const Operands& operands, RunResult* result) {
+    const Clock::time_point start = Clock::now();
     const OperandSizes sizes = OperandBytes(p);
     cuda::DeviceBuffers bufs{l.stream, {}};
     Operands dev;
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.h2d_start, l.stream));
     for (size_t i = 0; i < sizes.inputs.size(); ++i) {
       if (operands.input_space(i) == MemorySpace::kResident) {
         dev.inputs.push_back(operands.inputs[i]);
@@ -435,34 +437,50 @@ class CudaBackend final : public Backend {
     absl::Status sample_error;
     COALESCE_RETURN_IF_ERROR(
         sampling_.Run(l, v, p, dev, ctx, &counters, &sample_error));
+    const Clock::time_point released = Clock::now();
+    // StageOut waits for its copy, the last work queued: the call's end.
+    bool waited = false;
     for (size_t i = 0; i < sizes.outputs.size(); ++i) {
       if (sizes.outputs[i] > 0 &&
           operands.output_space(i) == MemorySpace::kHost) {
         COALESCE_RETURN_IF_ERROR(cuda::StageOut(
             l, operands.outputs[i], dev.outputs[i], sizes.outputs[i]));
+        waited = true;
       }
     }
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.d2h_stop, l.stream));
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.d2h_stop));
-    return FillResult(l, ctx, counters, std::move(sample_error), result);
+    if (!waited) {
+      COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.kernel_stop));
+    }
+    return FillResult(l, ctx, counters, std::move(sample_error),
+                      {start, released, Clock::now()}, result);
   }
 
-  // The lane's events (d2h_stop reached) and the launch, into result.
+  using Clock = std::chrono::steady_clock;
+  // A call's host times: its start, the release of its kernels (their
+  // launches queued, the inputs' copies before them) and its end (the
+  // outputs in place).
+  struct CallTimes {
+    Clock::time_point start, released, end;
+  };
+
+  // The kernels' events (kernel_stop reached) and the launch, into result;
+  // h2d is the host's time to the kernels' release, d2h the time from there
+  // to the end less the kernels'.
   static absl::Status FillResult(
       Lane& l, const ExecContext& ctx,
       const std::optional<cuda::RangeCounters>& counters,
-      absl::Status sample_error, RunResult* result) {
+      absl::Status sample_error, const CallTimes& t, RunResult* result) {
     if (result != nullptr) {
-      float h2d = 0, kern = 0, d2h = 0;
-      COALESCE_CUDA_RETURN_IF_ERROR(
-          cudaEventElapsedTime(&h2d, l.h2d_start, l.kernel_start));
+      float kern = 0;
       COALESCE_CUDA_RETURN_IF_ERROR(
           cudaEventElapsedTime(&kern, l.kernel_start, l.kernel_stop));
-      COALESCE_CUDA_RETURN_IF_ERROR(
-          cudaEventElapsedTime(&d2h, l.kernel_stop, l.d2h_stop));
-      result->h2d_seconds = h2d * 1e-3;
+      const auto seconds = [](Clock::duration d) {
+        return std::chrono::duration<double>(d).count();
+      };
+      result->h2d_seconds = seconds(t.released - t.start);
       result->kernel_seconds = kern * 1e-3;
-      result->d2h_seconds = d2h * 1e-3;
+      result->d2h_seconds =
+          std::max(0.0, seconds(t.end - t.released) - kern * 1e-3);
       result->launch = ctx.launch;
       result->sample_error = std::move(sample_error);
       if (counters.has_value()) {
@@ -502,9 +520,9 @@ class CudaBackend final : public Backend {
         staged.insert(staged.end(), slices.begin(), slices.end());
       }
     };
+    const Clock::time_point start = Clock::now();
     StagingFill in_fill, out_fill;
     std::vector<cuda::CopySegment> gather, scatter;
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.h2d_start, l.stream));
 
     // Stacked inputs, the point of the batch, get the staging fill first.
     std::vector<std::vector<HostSlice>> host_in(msizes.inputs.size());
@@ -608,6 +626,7 @@ class CudaBackend final : public Backend {
     absl::Status sample_error;
     COALESCE_RETURN_IF_ERROR(
         sampling_.Run(l, v, merged, dev, ctx, &counters, &sample_error));
+    const Clock::time_point released = Clock::now();
 
     // Device to host. The device writes the fill's staging buffer in stream
     // order after every earlier copy out of it; staging_free marks the end
@@ -626,12 +645,13 @@ class CudaBackend final : public Backend {
     for (const HostSlice& s : stage_out) {
       COALESCE_RETURN_IF_ERROR(cuda::StageOut(l, s.out, s.merged, s.bytes));
     }
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.d2h_stop, l.stream));
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.d2h_stop));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(l.done, l.stream));
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.done));
     for (const StagingFill::Piece& p : out_fill.pieces) {
       std::memcpy(p.out, out_staging + p.offset, p.bytes);
     }
-    return FillResult(l, ctx, counters, std::move(sample_error), result);
+    return FillResult(l, ctx, counters, std::move(sample_error),
+                      {start, released, Clock::now()}, result);
   }
 
   // Destroyed in reverse: the sampler, the lanes' gates (the lanes

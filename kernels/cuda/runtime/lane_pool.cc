@@ -43,10 +43,11 @@ absl::Status LanePool::Init(int count) {
   for (Lane& l : lanes_) {
     COALESCE_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking));
-    for (cudaEvent_t* e :
-         {&l.h2d_start, &l.kernel_start, &l.kernel_stop, &l.d2h_stop}) {
+    for (cudaEvent_t* e : {&l.kernel_start, &l.kernel_stop}) {
       COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(e));
     }
+    COALESCE_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&l.done, cudaEventDisableTiming));
     for (int i = 0; i < 2; ++i) {
       COALESCE_CUDA_RETURN_IF_ERROR(
           cudaEventCreateWithFlags(&l.staging_free[i], cudaEventDisableTiming));
@@ -68,8 +69,7 @@ void LanePool::Shutdown() {
       l.staging[i] = nullptr;
       l.staging_free[i] = nullptr;
     }
-    for (cudaEvent_t* e :
-         {&l.h2d_start, &l.kernel_start, &l.kernel_stop, &l.d2h_stop}) {
+    for (cudaEvent_t* e : {&l.kernel_start, &l.kernel_stop, &l.done}) {
       if (*e) cudaEventDestroy(*e);
       *e = nullptr;
     }

@@ -1,5 +1,5 @@
-// Lanes of the CUDA backend: a lane is a stream, the events that time one
-// call on it, two pinned staging buffers and the launch gate. The pool
+// Lanes of the CUDA backend: a lane is a stream, the events of one call
+// on it, two pinned staging buffers and the launch gate. The pool
 // hands each call a free lane, so that concurrent requests overlap one's
 // host-to-device copy, another's kernel and a third's device-to-host copy,
 // and it keeps the device's health: an error that poisons the CUDA context
@@ -35,8 +35,11 @@ inline constexpr size_t kStagingChunkBytes = size_t{8} << 20;
 
 struct Lane {
   cudaStream_t stream = nullptr;
-  cudaEvent_t h2d_start = nullptr, kernel_start = nullptr,
-              kernel_stop = nullptr, d2h_stop = nullptr;
+  // Timed: around a call's kernels, behind the gate. The copies are timed
+  // on the host (a timed event costs the stream more than an untimed one).
+  cudaEvent_t kernel_start = nullptr, kernel_stop = nullptr;
+  // Untimed: the end of a call's work, where a host wait needs one.
+  cudaEvent_t done = nullptr;
   // kStagingChunkBytes each (staging.h); staging_free[i] is recorded after
   // the copy that last used staging[i].
   void* staging[2] = {nullptr, nullptr};
