@@ -22,8 +22,9 @@
 //   submit    one request as a server lane submits it, one after another:
 //             pinned staging to device, a copy kernel, device to staging,
 //             then a host wait; wall time per request and host time to
-//             submit, for plain stream calls (with and without the lane's
-//             four timing events) against a CUDA graph of the same work,
+//             submit, for plain stream calls (without timed events, with
+//             two around the kernel, with four) against a CUDA graph of the
+//             same work,
 //             replayed as is and re-captured with new buffers each time
 //             (cudaGraphExecUpdate), at 1 KiB and 64 KiB each way
 // --parts picks among empty, copy and submit (the peak is always measured).
@@ -250,7 +251,10 @@ struct PinnedMemory {
 // One request after another as a server lane submits an inline one
 // (kernels/cuda/cuda_backend.cc): pinned staging to device, the kernel (a
 // copy), device to staging, an event and a host wait on it. Modes: plain
-// stream calls without and with the lane's timing events; a CUDA graph of
+// stream calls without timing events, with timed events around the kernel
+// only, and with those and one before the copy in (four timed events in
+// all, with the closing one: what the lanes recorded before they timed the
+// copies on the host); a CUDA graph of
 // the same work (events as nodes) replayed as is, which is the least a
 // graph can cost; and re-captured each time over alternating buffers and
 // swapped in by cudaGraphExecUpdate, as requests whose buffers change would
@@ -289,26 +293,28 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
       in_bytes[i] = static_cast<unsigned char>((i * 2654435761u) >> 24);
     }
     // The request's work on the stream; captured, the events become nodes.
-    const auto enqueue = [&](int set, bool events,
+    // events: 0 none, 1 around the kernel only, 2 the kernel's and one
+    // before the copy in (the lane's earlier four, with ev[3] below).
+    const auto enqueue = [&](int set, int events,
                              bool captured) -> absl::Status {
       const auto record = [&](cudaEvent_t e) {
         return captured ? cudaEventRecordWithFlags(e, stream,
                                                    cudaEventRecordExternal)
                         : cudaEventRecord(e, stream);
       };
-      if (events) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[0]));
+      if (events >= 2) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[0]));
       COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
           din[set], hin, bytes, cudaMemcpyHostToDevice, stream));
-      if (events) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[1]));
+      if (events >= 1) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[1]));
       COALESCE_RETURN_IF_ERROR(
           cuda::LaunchCopy(3, din[set], dout[set], bytes, stream));
-      if (events) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[2]));
+      if (events >= 1) COALESCE_CUDA_RETURN_IF_ERROR(record(ev[2]));
       COALESCE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
           hout, dout[set], bytes, cudaMemcpyDeviceToHost, stream));
       return absl::OkStatus();
     };
     const auto capture = [&](int set) {
-      return Capture(stream, [&] { return enqueue(set, true, true); });
+      return Capture(stream, [&] { return enqueue(set, 2, true); });
     };
     COALESCE_ASSIGN_OR_RETURN(cudaGraph_t first, capture(0));
     COALESCE_ASSIGN_OR_RETURN(cudaGraphExec_t exec, Instantiate(first));
@@ -317,9 +323,11 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
       ~ExecGuard() { cudaGraphExecDestroy(e); }
     } exec_guard{exec};
     const std::pair<const char*, std::function<absl::Status(int)>> modes[] = {
-        {"stream calls", [&](int) { return enqueue(0, false, false); }},
+        {"stream calls", [&](int) { return enqueue(0, 0, false); }},
+        {"stream calls, kernel events",
+         [&](int) { return enqueue(0, 1, false); }},
         {"stream calls, lane events",
-         [&](int) { return enqueue(0, true, false); }},
+         [&](int) { return enqueue(0, 2, false); }},
         {"graph replayed",
          [&](int) {
            return CudaStatus(cudaGraphLaunch(exec, stream), "cudaGraphLaunch",
