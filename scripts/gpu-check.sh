@@ -28,6 +28,10 @@
 #             timelines from the global timer, one request's submission as
 #             stream calls against a CUDA graph); gap.json, gap.txt
 #             (GAP_PARTS: a subset of empty,copy,submit)
+#   cublaslt  coalesce-cublaslt-algos: cuBLASLt's heuristic algorithms for
+#             the GEMM shapes of CUBLASLT_SHAPES (a file, default the float32
+#             GEMMs of the held-out selection sweep's worst picks), each
+#             timed; cublaslt.txt
 #   sass      cuobjdump of the bundled kernels: HGMMA count per wgmma kernel
 #   profile   ncu detail (instructions, issue slots, stalls, DRAM) for one
 #             launch of the fastest GELU-LN variant at [8192,4096], fp32
@@ -207,6 +211,13 @@ if has gap; then
   "$bin/coalesce-kernel-gap" --json="$out/gap.json" \
     ${GAP_PARTS:+--parts="$GAP_PARTS"} | tee "$out/gap.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if has cublaslt; then
+  echo "== cuBLASLt: the heuristic's algorithms, each timed"
+  shapes=${CUBLASLT_SHAPES:-bench/cublaslt_shapes.txt}
+  "$bin/coalesce-cublaslt-algos" --shapes_file="$shapes" \
+    --dtype="${CUBLASLT_DTYPE:-float32}" >"$out/cublaslt.txt" || status=1
+  sed -n '/^$/,$p' "$out/cublaslt.txt"
 fi
 if has sass; then
   echo "== SASS: HGMMA instructions per wgmma kernel"

@@ -35,6 +35,8 @@ Loaded& Load() {
     bind(a.GetStatusName, "cublasLtGetStatusName");
     bind(a.GetStatusString, "cublasLtGetStatusString");
     bind(a.Matmul, "cublasLtMatmul");
+    bind(a.MatmulAlgoConfigGetAttribute,
+         "cublasLtMatmulAlgoConfigGetAttribute");
     bind(a.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
     bind(a.MatmulDescCreate, "cublasLtMatmulDescCreate");
     bind(a.MatmulDescDestroy, "cublasLtMatmulDescDestroy");

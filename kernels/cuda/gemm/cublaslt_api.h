@@ -18,6 +18,7 @@ struct CublasLt {
   decltype(&cublasLtGetStatusName) GetStatusName;
   decltype(&cublasLtGetStatusString) GetStatusString;
   decltype(&cublasLtMatmul) Matmul;
+  decltype(&cublasLtMatmulAlgoConfigGetAttribute) MatmulAlgoConfigGetAttribute;
   decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
   decltype(&cublasLtMatmulDescCreate) MatmulDescCreate;
   decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy;
