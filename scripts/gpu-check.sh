@@ -15,7 +15,8 @@
 #             launches and over gpu_data_plane_test (a server's scheduler
 #             and batched requests on the device)
 #             (COALESCE_CONFORMANCE_OPS=gemm,... limits it to some ops;
-#             SANITIZE_TIMEOUT seconds per tool, default 240)
+#             SANITIZE_TIMEOUT seconds per tool, default 240;
+#             SANITIZE_TOOLS: the tools, default "memcheck racecheck")
 #   ncu       Nsight Compute counters (DRAM, instructions, shared-memory
 #             wavefronts, sectors per request, stalls) for one launch of the
 #             transposes and layout kernels named in NCU_CASES
@@ -168,7 +169,7 @@ fi
 # conformance suite's tests that cover every kernel unless $3 names a gtest
 # filter), logs named $out/$2-TOOL.log.
 sanitize() {
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer --tool $tool ($1)"
     timeout "${SANITIZE_TIMEOUT:-240}" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 \
