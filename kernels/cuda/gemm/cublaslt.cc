@@ -8,8 +8,8 @@
 //   strided C is left to the other variants), and when C is not read
 //   (absent, or beta == 0) D stands in for it with beta = 0.
 // - Plans (matmul descriptor, four layouts, the heuristic's first
-//   algorithm, or its first unsplit one (SkipSplitK), and its workspace
-//   need) are cached per shape key; the handle
+//   algorithm, or in float32 with short K its first unsplit one
+//   (SkipSplitK), and its workspace need) are cached per shape key; the handle
 //   is per device and the 32 MiB workspace per (device, stream), because
 //   the backend runs requests on several streams at once and two matmuls
 //   in flight must not share a workspace. All of it is created lazily
@@ -82,22 +82,33 @@ bool Bf16OddRows(const GemmProblem& g) {
   return ((lda | ldb | g.n) & 1) != 0;
 }
 
+// Float32 without TF32 and K <= 128: the heuristic's first algorithm often
+// splits K far past what K holds (7x134x128: 264 splits, 54.6 us on the
+// H200; 64x137x64 with B transposed: 88 splits, 28.8 us) where an unsplit
+// one of its first 8 took 5-7 us (`coalesce-cublaslt-algos` over
+// bench/cublaslt_shapes.txt). There the first unsplit one of the first 8 is
+// taken, or, where all of them split, the first of the smallest workspace
+// (7x134x128: 15 KB and 7.3 us against 4.3 MB).
+constexpr int kHeuristicResults = 8;
+constexpr int64_t kNoSplitMaxK = 128;
+bool SkipSplitK(DType dtype, bool tf32, int64_t k) {
+  return dtype == DType::kFloat32 && !tf32 && k <= kNoSplitMaxK;
+}
+
 // Float32 without TF32 runs on cuBLASLt's SIMT kernels; their model, fitted
 // to the sweep's seed-7 shapes (bench/gemm_selection_fit.py --fit), is
 // Float32Seconds below.
 //
 // A small output splits K over more CTAs, and the partial sums take a
 // second kernel: under 32K outputs (about a 16x16 tile per SM) and K >= 2,
-// 6.1-8.6 us for K of 2-128 (one exception: 64x64x64, 5.3), against 4.4-4.5
-// at K = 1 and 5.4-5.6 at 37-57K outputs and K = 64.
+// 2.4 us more (fitted when K of 2-128 split too: 6.1-8.6 us there against
+// 4.4-4.5 at K = 1). With K <= 128 the plan avoids splitting (SkipSplitK):
+// 4.2-4.4 us at K of 6-7, 5.0-5.6 at 64, 6.4-6.6 at 128 in the H200 sweep
+// (211 such shapes of seeds 7 and 8, every class; without the split cost
+// the estimate is 0.26 us under the median), so only K > 128 pays it, and
+// never GEMVs (m or n of 1: 3.9-4.4 us for 64x1x89 to 64x1x256).
 constexpr double kSplitKSeconds = 2.4e-6;
 constexpr int64_t kSplitKMaxOutputs = 32768;
-// No split for GEMVs (m or n of 1: 3.9-4.4 us for 64x1x89 to 64x1x256,
-// 1x32x47) nor for a few rows of short K: m <= 16 and K <= 64 took 4.5-5.0
-// us (4x35x64, 11x64x64, 6x747x64, 15x1280x12), K of 119-188 6.9-7.5
-// (2x64x119, 4x189x128, 2x187x188).
-constexpr int64_t kSkinnyMaxRows = 16;
-constexpr int64_t kSkinnyMaxK = 64;
 // Operands from HBM (GemmOperandsFromHbm) add latency to every step of a
 // CTA's K loop, which the split caps: 7.4-7.5 us at K = 64 against 5.4-6.2
 // from L2, 9-12.5 at K of 128-256, and 12.4-14 at K of thousands.
@@ -112,8 +123,8 @@ double Float32Seconds(const GemmProblem& p, const DeviceInfo& dev) {
   double t = kGpuLaunchSeconds + kCallSeconds + r.math / kEfficiency +
              r.memory / kMemoryEfficiency;
   const bool gemv = p.m == 1 || p.n == 1;
-  const bool skinny = p.m <= kSkinnyMaxRows && p.k <= kSkinnyMaxK;
-  if (p.k > 1 && p.batch * p.m * p.n < kSplitKMaxOutputs && !gemv && !skinny) {
+  if (!SkipSplitK(p.dtype, false, p.k) &&
+      p.batch * p.m * p.n < kSplitKMaxOutputs && !gemv) {
     t += kSplitKSeconds;
   }
   if (GemmOperandsFromHbm(p, dev)) {
@@ -210,18 +221,6 @@ absl::Status MakeLayout(cublasLtMatrixLayout_t* layout, cudaDataType_t type,
   return absl::OkStatus();
 }
 
-// Float32 without TF32 and K <= 128: the heuristic's first algorithm often
-// splits K far past what K holds (64x137x64 with B transposed: 88 splits,
-// 7x134x128: 264) and ran 2-5x slower than its first unsplit one (H100,
-// 1182 shapes of the selection sweep's seeds 7 and 8, each algorithm of the
-// heuristic's first 8 timed: 7x134x128 61.9 us against 11.9, 64x137x64 35.9
-// against 11.2). There the first unsplit one of the first 8 is taken.
-constexpr int kHeuristicResults = 8;
-constexpr int64_t kNoSplitMaxK = 128;
-bool SkipSplitK(const PlanKey& key) {
-  return key.dtype == DType::kFloat32 && !key.tf32 && key.k <= kNoSplitMaxK;
-}
-
 int32_t SplitKOf(const cublasLtMatmulAlgo_t& algo) {
   int32_t splits = 1;
   size_t written = 0;
@@ -273,7 +272,7 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
                                             sizeof(key.alignment));
     }
   }
-  const bool no_split = SkipSplitK(key);
+  const bool no_split = SkipSplitK(key.dtype, key.tf32, key.k);
   cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS) {
@@ -288,11 +287,13 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
         absl::StrCat(kName, ": cuBLASLt's heuristic found no algorithm"));
   }
   const cublasLtMatmulHeuristicResult_t* pick = &results[0];
-  for (int i = 0; no_split && i < found; ++i) {
-    if (SplitKOf(results[i].algo) <= 1) {
-      pick = &results[i];
-      break;
+  if (no_split) {
+    const cublasLtMatmulHeuristicResult_t* unsplit = nullptr;
+    for (int i = 0; i < found && unsplit == nullptr; ++i) {
+      if (SplitKOf(results[i].algo) <= 1) unsplit = &results[i];
+      if (results[i].workspaceSize < pick->workspaceSize) pick = &results[i];
     }
+    if (unsplit != nullptr) pick = unsplit;
   }
   plan->algo = pick->algo;
   plan->workspace = pick->workspaceSize;
@@ -316,10 +317,11 @@ class GemmCublasLtVariant final
   absl::string_view name() const override { return kName; }
   absl::string_view description() const override {
     return "cuBLASLt (heuristic's first algorithm; in float32 with K <= 128 "
-           "its first that does not split K), plans cached per shape, "
+           "its first that does not split K, else its least workspace), plans "
+           "cached per shape, "
            "workspace per device and stream; the vendor baseline";
   }
-  // 1: float32 plans with K <= 128 skip split-K algorithms (SkipSplitK).
+  // 1: float32 plans with K <= 128 avoid split-K algorithms (SkipSplitK).
   int revision() const override { return 1; }
 
  protected:
