@@ -156,8 +156,7 @@ LT = dict(
     call=1.9e-6,
     split_k=2.4e-6,
     split_k_max_outputs=32768,
-    skinny_rows=16,
-    skinny_max_k=64,
+    no_split_max_k=128,
     hbm_step=16e-9,
     hbm_max_steps=256,
 )
@@ -177,9 +176,10 @@ def simt_seconds(variant, m, n, k, cost=None):
 
 
 def lt_splits_k(m, n, k, lt=LT):
+    # Plans with K <= no_split_max_k avoid split-K algorithms (SkipSplitK).
     gemv = m == 1 or n == 1
-    skinny = m <= lt["skinny_rows"] and k <= lt["skinny_max_k"]
-    return k > 1 and m * n < lt["split_k_max_outputs"] and not gemv and not skinny
+    return (k > lt["no_split_max_k"] and m * n < lt["split_k_max_outputs"]
+            and not gemv)
 
 
 def lt_seconds(m, n, k, lt=LT):

@@ -313,11 +313,11 @@ std::vector<TableGemm> SweepGemms(const std::string& file) {
 
 // The target for the heuristic alone on the sweep's exact shapes: the choice
 // within 10% of the fastest for >= 95% of them. The estimates' constants were
-// fitted on seed 7: 188 of its 190 shapes with their own measurement. Seed 8
-// was only evaluated: 183 of 189. The misses left are all between naive and
-// cuBLASLt: cuBLASLt 1.2-1.5x slower than naive where estimated faster
-// (5824x2x64, 147x896x27, 64x712x32, 64x512x47, 1x4797x97) or 7.1x (7x134x128),
-// and naive 1.12-1.13x slower (64x64x64, 64x3740x2).
+// fitted on seed 7: 190 of its 190 shapes with their own measurement. Seed 8
+// was only evaluated: 185 of 189. The misses left are between naive and
+// cuBLASLt: cuBLASLt 7.1x slower than naive on 7x134x128 (measured before its
+// plan avoided split K when all of the heuristic's first algorithms split)
+// and 1.24x on 1x4797x97, naive 1.11-1.12x slower (64x3136x3, 64x3740x2).
 TEST_F(SelectionEstimate, Float32GemmsOfTheSweepWithinTenPercent) {
   auto within_ten_percent = [this](const std::vector<TableGemm>& shapes) {
     return WithinTenPercent(shapes, [this](const TableGemm& g) {
@@ -331,8 +331,8 @@ TEST_F(SelectionEstimate, Float32GemmsOfTheSweepWithinTenPercent) {
   ASSERT_EQ(held_out.size(), 189u);
   const int train_good = within_ten_percent(train);
   const int held_out_good = within_ten_percent(held_out);
-  EXPECT_GE(train_good, 188) << train_good << " of " << train.size();
-  EXPECT_GE(held_out_good, 183) << held_out_good << " of " << held_out.size();
+  EXPECT_GE(train_good, 190) << train_good << " of " << train.size();
+  EXPECT_GE(held_out_good, 185) << held_out_good << " of " << held_out.size();
   EXPECT_GE(held_out_good, 0.95 * held_out.size());
 }
 
@@ -632,17 +632,17 @@ class SelectionReplay : public SelectionEstimate {
 TEST_F(SelectionReplay, GemmsOfEveryClassAndDtype) {
   Check(&ReadClassGemms, "gemm_classes",
         {
-            {"float32 all", {582, 575}},
-            {"float32 plain", {196, 194}},
-            {"float32 transposed", {194, 188}},
-            {"float32 batched", {192, 193}},
-            {"float16 all", {589, 592}},
-            {"float16 plain", {196, 196}},
-            {"float16 transposed", {197, 197}},
-            {"float16 batched", {196, 199}},
-            {"bfloat16 all", {588, 587}},
+            {"float32 all", {597, 591}},
+            {"float32 plain", {200, 196}},
+            {"float32 transposed", {200, 197}},
+            {"float32 batched", {197, 198}},
+            {"float16 all", {593, 589}},
+            {"float16 plain", {197, 194}},
+            {"float16 transposed", {199, 197}},
+            {"float16 batched", {197, 198}},
+            {"bfloat16 all", {589, 587}},
             {"bfloat16 plain", {196, 196}},
-            {"bfloat16 transposed", {194, 194}},
+            {"bfloat16 transposed", {195, 194}},
             {"bfloat16 batched", {198, 197}},
         });
 }
