@@ -49,6 +49,8 @@ ABSENT_ON_BACKEND = {
             "the CPU backend has no device counters to sample",
         "coalesce_device_pool_reserved_bytes":
             "the CPU backend has no stream-ordered pool",
+        "coalesce_device_block_cache_bytes":
+            "the CPU backend keeps no device blocks",
     },
     "cuda": {
         "coalesce_kernel_achieved_occupancy_ratio":

@@ -31,6 +31,7 @@ from metrics_e2e import Deadline, Server, drive_traffic  # noqa: E402
 # Families METRICS.md lists that a CPU-backend server never serves.
 ABSENT_ON_CPU = {
     "coalesce_device_pool_reserved_bytes": "CUDA only",
+    "coalesce_device_block_cache_bytes": "CUDA only",
     "coalesce_kernel_theoretical_occupancy_ratio":
         "CPU variants launch nothing",
     "coalesce_kernel_waves": "CPU variants launch nothing",

@@ -144,6 +144,9 @@ struct MemoryStats {
   int64_t used_bytes = -1;  // in use on the device, all processes
   int64_t total_bytes = -1;
   int64_t pool_reserved_bytes = -1;  // held by the stream-ordered pool
+  // Released device blocks kept for the next allocation of their size (part
+  // of pool_reserved_bytes); -1 where the backend keeps none.
+  int64_t block_cache_bytes = -1;
   int64_t pinned_staging_bytes = 0;  // pinned host memory for staging
 };
 

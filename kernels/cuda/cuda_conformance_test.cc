@@ -424,6 +424,38 @@ TEST_F(CudaConformance, ResidentWriterLandsEveryPiece) {
   EXPECT_TRUE(got == want);
 }
 
+// A released resident block serves the next tensor of its size (within the
+// cache's granule) without a new allocation, counts in Memory() while it
+// waits, and holds the new tensor's bytes once they are written.
+TEST_F(CudaConformance, ReleasedResidentBlocksAreReusedAndCounted) {
+  const int64_t n = (int64_t{1} << 20) + 3;
+  const int64_t block = (n + 511) / 512 * 512;
+  const int64_t before = backend_->Memory().block_cache_bytes;
+  ASSERT_GE(before, 0);
+  void* released = nullptr;
+  {
+    absl::StatusOr<std::shared_ptr<void>> r = backend_->AllocateResident(n);
+    ASSERT_TRUE(r.ok()) << r.status();
+    released = r->get();
+  }
+  EXPECT_EQ(backend_->Memory().block_cache_bytes, before + block);
+  absl::StatusOr<std::shared_ptr<void>> again =
+      backend_->AllocateResident(n + 100);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->get(), released);
+  EXPECT_EQ(backend_->Memory().block_cache_bytes, before);
+  uint32_t state = 4242;
+  const std::string want = RandomBytes(n + 100, state);
+  ASSERT_TRUE(
+      backend_->CopyToResident(again->get(), n + 100, 0, want.data(), n + 100)
+          .ok());
+  std::string got(n + 100, '\x7f');
+  ASSERT_TRUE(
+      backend_->CopyFromResident(again->get(), n + 100, 0, got.data(), n + 100)
+          .ok());
+  EXPECT_TRUE(got == want);
+}
+
 TEST_F(CudaConformance, ResidentOperandsAreUsedInPlace) {
   EXPECT_FALSE(backend_->resident_is_host_addressable());
   const int64_t rows = 3001, cols = 1537, n = rows * cols * 4;  // ~18 MiB

@@ -300,6 +300,12 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
           : &registry->AddGauge("coalesce_device_pool_reserved_bytes",
                                 "Device memory held by the server's "
                                 "stream-ordered allocation pool.");
+  Family<Gauge>* cache_family =
+      cpu ? nullptr
+          : &registry->AddGauge(
+                "coalesce_device_block_cache_bytes",
+                "Device memory of released tensors kept for the next tensor "
+                "of their size (part of the pool's reserved bytes).");
   Family<Gauge>* peak_family =
       device.measured_copy_bandwidth > 0
           ? &registry->AddGauge(
@@ -315,7 +321,8 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   struct DeviceGauges {
     Gauge* used;
     Gauge* pinned;
-    Gauge* pool;  // null on the CPU
+    Gauge* pool;   // null on the CPU
+    Gauge* cache;  // null on the CPU
     Gauge* healthy;
   };
   std::vector<DeviceGauges> gauges;
@@ -328,6 +335,7 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
     gauges.push_back(
         {&used_family.Add(labels), &pinned_family.Add(labels),
          pool_family == nullptr ? nullptr : &pool_family->Add(labels),
+         cache_family == nullptr ? nullptr : &cache_family->Add(labels),
          &healthy_family.Add(labels)});
     if (cpu) gauges.back().pinned->Set(0);
     if (peak_family != nullptr && d.measured_copy_bandwidth > 0) {
@@ -351,6 +359,9 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       if (m.used_bytes >= 0) g.used->Set(static_cast<double>(m.used_bytes));
       if (m.pool_reserved_bytes >= 0 && g.pool != nullptr) {
         g.pool->Set(static_cast<double>(m.pool_reserved_bytes));
+      }
+      if (m.block_cache_bytes >= 0 && g.cache != nullptr) {
+        g.cache->Set(static_cast<double>(m.block_cache_bytes));
       }
       g.pinned->Set(static_cast<double>(m.pinned_staging_bytes));
     }

@@ -175,6 +175,7 @@ std::unique_ptr<ResidentWriter> ResidentMemory::OpenWriter(
 
 MemoryStats ResidentMemory::Stats() const {
   MemoryStats m;
+  m.block_cache_bytes = static_cast<int64_t>(cache_->cached_bytes());
   if (cudaSetDevice(ordinal_) != cudaSuccess) {
     cudaGetLastError();
     return m;
