@@ -9,8 +9,8 @@
 //   (absent, or beta == 0) D stands in for it with beta = 0.
 // - Plans (matmul descriptor, four layouts, the heuristic's first
 //   algorithm, or in float32 with short K its first unsplit one
-//   (SkipSplitK), and its workspace need) are cached per shape key; the handle
-//   is per device and the 32 MiB workspace per (device, stream), because
+//   (cublaslt_pick.h), and its workspace need) are cached per shape key; the
+//   handle is per device and the 32 MiB workspace per (device, stream), because
 //   the backend runs requests on several streams at once and two matmuls
 //   in flight must not share a workspace. All of it is created lazily
 //   under one mutex and freed with the variant.
@@ -27,6 +27,7 @@
 #include <memory>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -35,6 +36,7 @@
 #include "base/status_macros.h"
 #include "kernels/cuda/gemm/common.h"
 #include "kernels/cuda/gemm/cublaslt_api.h"
+#include "kernels/cuda/gemm/cublaslt_pick.h"
 #include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/launch.h"
 #include "kernels/cuda/variants.h"
@@ -82,19 +84,6 @@ bool Bf16OddRows(const GemmProblem& g) {
   return ((lda | ldb | g.n) & 1) != 0;
 }
 
-// Float32 without TF32 and K <= 128: the heuristic's first algorithm often
-// splits K far past what K holds (7x134x128: 264 splits, 54.6 us on the
-// H200; 64x137x64 with B transposed: 88 splits, 28.8 us) where an unsplit
-// one of its first 8 took 5-7 us (`coalesce-cublaslt-algos` over
-// bench/cublaslt_shapes.txt). There the first unsplit one of the first 8 is
-// taken, or, where all of them split, the first of the smallest workspace
-// (7x134x128: 15 KB and 7.3 us against 4.3 MB).
-constexpr int kHeuristicResults = 8;
-constexpr int64_t kNoSplitMaxK = 128;
-bool SkipSplitK(DType dtype, bool tf32, int64_t k) {
-  return dtype == DType::kFloat32 && !tf32 && k <= kNoSplitMaxK;
-}
-
 // Float32 without TF32 runs on cuBLASLt's SIMT kernels; their model, fitted
 // to the sweep's seed-7 shapes (bench/gemm_selection_fit.py --fit), is
 // Float32Seconds below.
@@ -102,7 +91,7 @@ bool SkipSplitK(DType dtype, bool tf32, int64_t k) {
 // A small output splits K over more CTAs, and the partial sums take a
 // second kernel: under 32K outputs (about a 16x16 tile per SM) and K >= 2,
 // 2.4 us more (fitted when K of 2-128 split too: 6.1-8.6 us there against
-// 4.4-4.5 at K = 1). With K <= 128 the plan avoids splitting (SkipSplitK):
+// 4.4-4.5 at K = 1). With K <= 128 the plan avoids splitting (LtAvoidsSplitK):
 // 4.2-4.4 us at K of 6-7, 5.0-5.6 at 64, 6.4-6.6 at 128 in the H200 sweep
 // (211 such shapes of seeds 7 and 8, every class; without the split cost
 // the estimate is 0.26 us under the median), so only K > 128 pays it, and
@@ -123,7 +112,7 @@ double Float32Seconds(const GemmProblem& p, const DeviceInfo& dev) {
   double t = kGpuLaunchSeconds + kCallSeconds + r.math / kEfficiency +
              r.memory / kMemoryEfficiency;
   const bool gemv = p.m == 1 || p.n == 1;
-  if (!SkipSplitK(p.dtype, false, p.k) &&
+  if (!LtAvoidsSplitK(p.dtype, false, p.k) &&
       p.batch * p.m * p.n < kSplitKMaxOutputs && !gemv) {
     t += kSplitKSeconds;
   }
@@ -272,13 +261,13 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
                                             sizeof(key.alignment));
     }
   }
-  const bool no_split = SkipSplitK(key.dtype, key.tf32, key.k);
-  cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
+  const bool no_split = LtAvoidsSplitK(key.dtype, key.tf32, key.k);
+  cublasLtMatmulHeuristicResult_t results[kLtHeuristicResults] = {};
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS) {
     s = Lt().MatmulAlgoGetHeuristic(
         handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref,
-        no_split ? kHeuristicResults : 1, results, &found);
+        no_split ? kLtHeuristicResults : 1, results, &found);
   }
   Lt().MatmulPreferenceDestroy(pref);
   COALESCE_LT_RETURN_IF_ERROR(s);
@@ -286,15 +275,12 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
     return absl::UnimplementedError(
         absl::StrCat(kName, ": cuBLASLt's heuristic found no algorithm"));
   }
-  const cublasLtMatmulHeuristicResult_t* pick = &results[0];
-  if (no_split) {
-    const cublasLtMatmulHeuristicResult_t* unsplit = nullptr;
-    for (int i = 0; i < found && unsplit == nullptr; ++i) {
-      if (SplitKOf(results[i].algo) <= 1) unsplit = &results[i];
-      if (results[i].workspaceSize < pick->workspaceSize) pick = &results[i];
-    }
-    if (unsplit != nullptr) pick = unsplit;
+  std::vector<LtOffer> offers(found);
+  for (int i = 0; no_split && i < found; ++i) {
+    offers[i] = {SplitKOf(results[i].algo), results[i].workspaceSize};
   }
+  const cublasLtMatmulHeuristicResult_t* pick =
+      &results[PickLtAlgorithm(offers, no_split)];
   plan->algo = pick->algo;
   plan->workspace = pick->workspaceSize;
   return absl::OkStatus();
@@ -321,7 +307,7 @@ class GemmCublasLtVariant final
            "cached per shape, "
            "workspace per device and stream; the vendor baseline";
   }
-  // 1: float32 plans with K <= 128 avoid split-K algorithms (SkipSplitK).
+  // 1: float32 plans with K <= 128 avoid split-K algorithms (LtAvoidsSplitK).
   int revision() const override { return 1; }
 
  protected:

@@ -1,0 +1,19 @@
+#include "kernels/cuda/gemm/cublaslt_pick.h"
+
+namespace coalesce::cuda {
+
+bool LtAvoidsSplitK(DType dtype, bool tf32, int64_t k) {
+  return dtype == DType::kFloat32 && !tf32 && k <= kLtNoSplitMaxK;
+}
+
+int PickLtAlgorithm(absl::Span<const LtOffer> offers, bool avoid_split) {
+  if (!avoid_split) return 0;
+  int least = 0;
+  for (int i = 0; i < static_cast<int>(offers.size()); ++i) {
+    if (offers[i].split_k <= 1) return i;
+    if (offers[i].workspace < offers[least].workspace) least = i;
+  }
+  return least;
+}
+
+}  // namespace coalesce::cuda
