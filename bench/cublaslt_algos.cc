@@ -1,7 +1,7 @@
 // coalesce-cublaslt-algos: which algorithms cuBLASLt's heuristic returns for
 // a GEMM, and how fast each runs: what the gemm.cuda.cublaslt variant's
-// plan takes (the heuristic's first, or in float32 with K <= 128 its first
-// that does not split K) against the others it offered.
+// plan takes (PickLtAlgorithm, kernels/cuda/gemm/cublaslt_pick.h) against
+// the others it offered.
 //
 //   coalesce-cublaslt-algos --shape=M,N,K[,BATCH][,ta][,tb][:...]
 //   coalesce-cublaslt-algos --shapes_file=FILE   (one such shape a line)
@@ -13,17 +13,14 @@
 // in cublasLtMatmul stays out of it. Per algorithm: its rank in the
 // heuristic's list, algorithm id, tile id, split-K count, reduction scheme,
 // stages id, workspace bytes, waves and the median; per shape, the first's
-// time against the fastest offered. A progress line per shape goes to
-// stderr.
+// and the variant's pick's time against the fastest offered. A progress line
+// per shape goes to stderr.
 #include <cublasLt.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -39,8 +36,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/dtype.h"
 #include "base/status_macros.h"
 #include "kernels/cuda/gemm/cublaslt_api.h"
+#include "kernels/cuda/gemm/cublaslt_pick.h"
 #include "kernels/cuda/runtime/cuda_check.h"
 
 ABSL_FLAG(std::string, shape, "",
@@ -144,15 +143,17 @@ absl::Status Layout(cublasLtMatrixLayout_t* l, cudaDataType_t type,
 // the process's exit frees them.
 class Prober {
  public:
-  static absl::StatusOr<Prober> Create(cudaDataType_t type, int elem_bytes,
-                                       int64_t max_elements) {
+  static absl::StatusOr<Prober> Create(DType dtype, int64_t max_elements) {
     Prober p;
-    p.type_ = type;
+    p.dtype_ = dtype;
+    p.type_ = dtype == DType::kFloat16    ? CUDA_R_16F
+              : dtype == DType::kBFloat16 ? CUDA_R_16BF
+                                          : CUDA_R_32F;
     COALESCE_RETURN_IF_ERROR(LtOk(Lt().Create(&p.handle_), "cublasLtCreate"));
     COALESCE_CUDA_RETURN_IF_ERROR(cudaStreamCreate(&p.stream_));
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&p.start_));
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&p.stop_));
-    const size_t bytes = static_cast<size_t>(max_elements) * elem_bytes;
+    const size_t bytes = static_cast<size_t>(max_elements) * ElementSize(dtype);
     for (void** q : {&p.x_, &p.y_, &p.out_}) {
       COALESCE_CUDA_RETURN_IF_ERROR(cudaMalloc(q, bytes));
     }
@@ -162,17 +163,7 @@ class Prober {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> dist(-1.f, 1.f);
     for (int64_t i = 0; i < max_elements; ++i) {
-      const float f = dist(rng);
-      char* at = host.data() + i * elem_bytes;
-      if (type == CUDA_R_16F) {
-        const __half h = __float2half(f);
-        std::memcpy(at, &h, 2);
-      } else if (type == CUDA_R_16BF) {
-        const __nv_bfloat16 h = __float2bfloat16(f);
-        std::memcpy(at, &h, 2);
-      } else {
-        std::memcpy(at, &f, 4);
-      }
+      StoreFromFloat(host.data(), dtype, i, dist(rng));
     }
     for (void* q : {p.x_, p.y_}) {
       COALESCE_CUDA_RETURN_IF_ERROR(
@@ -229,16 +220,16 @@ class Prober {
     Lt().MatmulPreferenceDestroy(pref);
     COALESCE_RETURN_IF_ERROR(LtOk(h, "cublasLtMatmulAlgoGetHeuristic"));
     if (found == 0) return std::string("no algorithm");
-    double first = 0, best = 0;
+    std::vector<double> times(found);
+    std::vector<cuda::LtOffer> offers(found);
     int best_rank = 0;
     for (int r = 0; r < found; ++r) {
       const cublasLtMatmulHeuristicResult_t& res = results[r];
       COALESCE_ASSIGN_OR_RETURN(const double us, Time(desc, res, reps));
-      if (r == 0) first = us;
-      if (r == 0 || us < best) {
-        best = us;
-        best_rank = r;
-      }
+      times[r] = us;
+      offers[r] = {ConfigOf(res.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                   res.workspaceSize};
+      if (us < times[best_rank]) best_rank = r;
       absl::PrintF(
           "%-22s rank %d algo %3d tile %3d splitk %4d reduction %d stages "
           "%3d workspace %9d waves %6.2f  %9.2f us\n",
@@ -249,9 +240,16 @@ class Prober {
           ConfigOf(res.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID), res.workspaceSize,
           res.wavesCount, us);
     }
+    // The variant's pick among the algorithms offered here (its plan asks
+    // for kLtHeuristicResults where it avoids split K).
+    const int pick = cuda::PickLtAlgorithm(
+        offers, cuda::LtAvoidsSplitK(dtype_, /*tf32=*/false, s.k));
+    const double best = times[best_rank];
     return absl::StrFormat(
-        "%-22s first %.2f us, fastest rank %d %.2f us (first %.2fx it)", s.text,
-        first, best_rank, best, first / best);
+        "%-22s first %.2f us, fastest rank %d %.2f us (first %.2fx it), "
+        "variant's pick rank %d %.2f us (%.2fx)",
+        s.text, times[0], best_rank, best, times[0] / best, pick, times[pick],
+        times[pick] / best);
   }
 
  private:
@@ -303,6 +301,7 @@ class Prober {
     return t[t.size() / 2];
   }
 
+  DType dtype_ = DType::kFloat32;
   cudaDataType_t type_ = CUDA_R_32F;
   cublasLtHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
@@ -335,18 +334,11 @@ absl::Status Main() {
     return absl::InvalidArgumentError(
         "no shape: give --shape or --shapes_file");
   }
-  const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  cudaDataType_t type;
-  int elem = 0;
-  if (dtype == "float32") {
-    type = CUDA_R_32F, elem = 4;
-  } else if (dtype == "float16") {
-    type = CUDA_R_16F, elem = 2;
-  } else if (dtype == "bfloat16") {
-    type = CUDA_R_16BF, elem = 2;
-  } else {
+  const std::string name = absl::GetFlag(FLAGS_dtype);
+  DType dtype;
+  if (!ParseDType(name, &dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--dtype: '", dtype, "' is none of float32, float16, bfloat16"));
+        "--dtype: '", name, "' is none of float32, float16, bfloat16"));
   }
   const int algos = absl::GetFlag(FLAGS_algos);
   const int reps = absl::GetFlag(FLAGS_reps);
@@ -359,13 +351,13 @@ absl::Status Main() {
     max_elements = std::max({max_elements, s.batch * s.m * s.k,
                              s.batch * s.k * s.n, s.batch * s.m * s.n});
   }
-  if (max_elements > (int64_t{1} << 30) / elem) {
+  if (max_elements >
+      (int64_t{1} << 30) / static_cast<int64_t>(ElementSize(dtype))) {
     return absl::InvalidArgumentError(
         "a shape's operand exceeds 1 GiB: this tool times small GEMMs");
   }
   COALESCE_RETURN_IF_ERROR(cuda::CublasLtAvailable());
-  COALESCE_ASSIGN_OR_RETURN(Prober prober,
-                            Prober::Create(type, elem, max_elements));
+  COALESCE_ASSIGN_OR_RETURN(Prober prober, Prober::Create(dtype, max_elements));
   std::vector<std::string> summary;
   for (size_t i = 0; i < shapes.size(); ++i) {
     absl::FPrintF(stderr, "[%zu/%zu] %s\n", i + 1, shapes.size(),
