@@ -21,6 +21,7 @@
 #include "kernels/core/permute.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_test_fixture.h"
+#include "kernels/cuda/runtime/block_cache.h"
 #include "kernels/cuda/runtime/device_util.h"
 #include "kernels/cuda/transpose/internal.h"
 #include "kernels/testing/conformance.h"
@@ -429,7 +430,7 @@ TEST_F(CudaConformance, ResidentWriterLandsEveryPiece) {
 // waits, and holds the new tensor's bytes once they are written.
 TEST_F(CudaConformance, ReleasedResidentBlocksAreReusedAndCounted) {
   const int64_t n = (int64_t{1} << 20) + 3;
-  const int64_t block = (n + 511) / 512 * 512;
+  const int64_t block = static_cast<int64_t>(cuda::BlockCache::BlockBytes(n));
   const int64_t before = backend_->Memory().block_cache_bytes;
   ASSERT_GE(before, 0);
   void* released = nullptr;
