@@ -176,7 +176,7 @@ def simt_seconds(variant, m, n, k, cost=None):
 
 
 def lt_splits_k(m, n, k, lt=LT):
-    # Plans with K <= no_split_max_k avoid split-K algorithms (SkipSplitK).
+    # Plans with K <= no_split_max_k avoid split-K algorithms (LtAvoidsSplitK).
     gemv = m == 1 or n == 1
     return (k > lt["no_split_max_k"] and m * n < lt["split_k_max_outputs"]
             and not gemv)
