@@ -106,6 +106,14 @@ constexpr int64_t kHbmMaxSteps = 256;
 // The minimum bytes at this share of the copy peak, on top of the FLOPs at
 // kEfficiency (2303x684x64: 11.8 us, 384x5952x64: 16.6).
 constexpr double kMemoryEfficiency = 0.6;
+// Batches (not GEMVs) do not split K: each CTA walks all of K, about 36 ns
+// a step while the CTAs fit one wave, whatever the batch (2x64x64x3339:
+// 128.5 us; 10x256x64x3712: 132.3). The floor's constants are the best fit
+// to the sweep's seed-7 batched shapes (199) that changes none of their
+// picks; the estimate's mean |log| error fell from 0.29 to 0.14 there and
+// from 0.27 to 0.12 on seed 8's (200), with no pick changed either.
+constexpr double kBatchedFloorSeconds = 2e-6;
+constexpr double kBatchedKStepSeconds = 36e-9;
 
 double Float32Seconds(const GemmProblem& p, const DeviceInfo& dev) {
   const RooflineSeconds r = Roofline(p, dev);
@@ -118,6 +126,10 @@ double Float32Seconds(const GemmProblem& p, const DeviceInfo& dev) {
   }
   if (GemmOperandsFromHbm(p, dev)) {
     t += kHbmStepSeconds * static_cast<double>(std::min(p.k, kHbmMaxSteps));
+  }
+  if (p.batch > 1 && !gemv) {
+    t = std::max(t, kBatchedFloorSeconds +
+                        kBatchedKStepSeconds * static_cast<double>(p.k));
   }
   return t;
 }
