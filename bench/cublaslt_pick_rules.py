@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Rules for which of cuBLASLt's offered algorithms the gemm.cuda.cublaslt
+variant takes in float32, scored on timed offers.
+
+  python3 bench/cublaslt_pick_rules.py shapes \\
+      kernels/cuda/testdata/gemm_classes_seed7.txt > seed7-shapes.txt
+  CUBLASLT_SHAPES=seed7-shapes.txt scripts/gpu-check.sh OUT7 cublaslt
+  python3 bench/cublaslt_pick_rules.py score OUT7/cublaslt.txt OUT8/cublaslt.txt
+
+`shapes`: the float32 GEMMs of a selection testdata file that a split-K
+algorithm may serve (K over 128, fewer than 64K outputs, no GEMVs), in
+coalesce-cublaslt-algos' M,N,K,BATCH[,ta][,tb] form.
+
+`score`: per rule and file, the geometric mean of the rule's pick over the
+fastest offered algorithm, how many shapes it leaves over 1.1x and 1.25x,
+and the worst. A rule says, from K and the heuristic's first offer, whether
+the plan avoids split K; the pick then mirrors PickLtAlgorithm
+(kernels/cuda/gemm/cublaslt_pick.h): the first unsplit of the first 8
+offers, else the first of the least workspace. The first rule is the
+variant's (K <= 128). Plain Python 3.
+"""
+
+import math
+import re
+import sys
+
+HEURISTIC_RESULTS = 8  # kLtHeuristicResults
+NO_SPLIT_MAX_K = 128  # kLtNoSplitMaxK
+
+OFFER = re.compile(
+    r"(?P<shape>\S+)\s+rank\s+(?P<rank>\d+)\s+algo\s+-?\d+\s+tile\s+-?\d+\s+"
+    r"splitk\s+(?P<split>-?\d+)\s+reduction\s+-?\d+\s+stages\s+-?\d+\s+"
+    r"workspace\s+(?P<workspace>\d+)\s+waves\s+(?P<waves>[\d.]+)\s+"
+    r"(?P<us>[\d.]+) us")
+
+
+def split_shapes(lines):
+    """coalesce-cublaslt-algos shapes of a gemm_classes testdata file."""
+    out = []
+    for line in lines:
+        if not line.startswith("float32\t"):
+            continue
+        m, n, k, batch, ta, tb = map(int, line.split("\t")[1].split(","))
+        if k <= NO_SPLIT_MAX_K or m == 1 or n == 1 or batch * m * n >= 65536:
+            continue
+        out.append("%d,%d,%d,%d%s%s" % (m, n, k, batch, ",ta" if ta else "",
+                                        ",tb" if tb else ""))
+    return out
+
+
+def read_offers(lines):
+    """{shape: [offer, ...]} in the heuristic's order; offer: dict of
+    split, workspace, waves, us."""
+    shapes = {}
+    for line in lines:
+        m = OFFER.match(line)
+        if not m:
+            continue
+        shapes.setdefault(m["shape"], []).append({
+            "split": int(m["split"]),
+            "workspace": int(m["workspace"]),
+            "waves": float(m["waves"]),
+            "us": float(m["us"]),
+        })
+    return shapes
+
+
+def pick(offers, avoid_split):
+    """PickLtAlgorithm over the first HEURISTIC_RESULTS offers."""
+    offers = offers[:HEURISTIC_RESULTS]
+    if not avoid_split:
+        return offers[0]
+    for o in offers:
+        if o["split"] <= 1:
+            return o
+    least = min(o["workspace"] for o in offers)
+    return next(o for o in offers if o["workspace"] == least)
+
+
+def rules():
+    """(name, avoids_split(k, first_offer)) pairs, the variant's first."""
+    out = [("K <= %d (the variant)" % NO_SPLIT_MAX_K,
+            lambda k, first: k <= NO_SPLIT_MAX_K)]
+    for bound in (192, 256, 384, 512, 1024):
+        out.append(("K <= %d" % bound, lambda k, first, b=bound: k <= b))
+    for bound in (512, 4096):
+        for waves in (0.2, 0.5):
+            out.append((
+                "K <= %d, or K <= %d and waves >= %.1f" %
+                (NO_SPLIT_MAX_K, bound, waves),
+                lambda k, first, b=bound, w=waves: k <= NO_SPLIT_MAX_K or
+                (k <= b and first["waves"] >= w)))
+    return out
+
+
+def score(shapes, avoids_split):
+    """(geometric mean, over 1.1x, over 1.25x, worst ratio, worst shape)."""
+    ratios = []
+    for shape, offers in shapes.items():
+        k = int(shape.split(",")[2])
+        fastest = min(o["us"] for o in offers[:HEURISTIC_RESULTS])
+        chosen = pick(offers, avoids_split(k, offers[0]))
+        ratios.append((chosen["us"] / fastest, shape))
+    geo = math.exp(sum(math.log(r) for r, _ in ratios) / len(ratios))
+    worst = max(ratios)
+    return (geo, sum(r > 1.1 for r, _ in ratios),
+            sum(r > 1.25 for r, _ in ratios), worst[0], worst[1])
+
+
+def main(argv):
+    if len(argv) < 3 or argv[1] not in ("shapes", "score"):
+        sys.exit(__doc__)
+    if argv[1] == "shapes":
+        with open(argv[2]) as f:
+            print("\n".join(split_shapes(f)))
+        return
+    files = []
+    for path in argv[2:]:
+        with open(path) as f:
+            shapes = read_offers(f)
+        if not shapes:
+            sys.exit("%s: no timed offers" % path)
+        files.append((path, shapes))
+    print("| rule | " + " | ".join("%s (%d shapes)" % (p, len(s))
+                                  for p, s in files) + " |")
+    print("|---|" + "---|" * len(files))
+    for name, rule in rules():
+        cells = []
+        for _, shapes in files:
+            geo, over10, over25, worst, at = score(shapes, rule)
+            cells.append("%.3f, >1.1x %d, >1.25x %d, worst %.2fx (%s)" %
+                         (geo, over10, over25, worst, at))
+        print("| %s | %s |" % (name, " | ".join(cells)))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

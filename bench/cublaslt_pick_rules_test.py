@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Tests of cublaslt_pick_rules.py: the shapes it draws from testdata, its
+reading of coalesce-cublaslt-algos lines, and its mirror of
+PickLtAlgorithm, including the constants it shares with
+kernels/cuda/gemm/cublaslt_pick.h."""
+import os
+import re
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import cublaslt_pick_rules as rules  # noqa: E402
+
+
+def line(shape, rank, split, workspace, waves, us):
+    # coalesce-cublaslt-algos' format (bench/cublaslt_algos.cc).
+    return ("%-22s rank %d algo %3d tile %3d splitk %4d reduction %d stages "
+            "%3d workspace %9d waves %6.2f  %9.2f us\n" %
+            (shape, rank, 20, 16, split, 2, 28, workspace, waves, us))
+
+
+def offer(split, workspace, us, waves=0.0):
+    return {"split": split, "workspace": workspace, "waves": waves, "us": us}
+
+
+class PickRulesTest(unittest.TestCase):
+    def test_constants_match_the_header(self):
+        with open(os.path.join(HERE, "..", "kernels", "cuda", "gemm",
+                               "cublaslt_pick.h")) as f:
+            header = f.read()
+        self.assertIn("kLtHeuristicResults = %d;" % rules.HEURISTIC_RESULTS,
+                      header)
+        self.assertIn("kLtNoSplitMaxK = %d;" % rules.NO_SPLIT_MAX_K, header)
+
+    def test_split_shapes_keeps_float32_split_candidates(self):
+        lines = [
+            "# header\n",
+            "float32\t4755,2,137,1,0,0\tcublaslt=2e-05\n",
+            "float32\t64,64,541,2,1,1\tcublaslt=2e-05\n",
+            "float32\t7,134,128,1,0,0\tnaive=7e-06\n",  # K <= 128
+            "float32\t1,448,1154,31,0,0\tnaive=2e-05\n",  # GEMV
+            "float32\t256,256,300,1,0,0\tnaive=2e-05\n",  # 64K outputs
+            "bfloat16\t4755,2,137,1,0,0\tcublaslt=2e-05\n",
+        ]
+        self.assertEqual(rules.split_shapes(lines),
+                         ["4755,2,137,1", "64,64,541,2,ta,tb"])
+
+    def test_reads_the_tools_lines(self):
+        text = [
+            line("4755,2,137", 0, 18, 684720, 3.39, 24.58),
+            line("4755,2,137", 1, 1, 0, 0.03, 8.10),
+            "4755,2,137             first 24.58 us, fastest rank 1 8.10 us\n",
+        ]
+        shapes = rules.read_offers(text)
+        self.assertEqual(list(shapes), ["4755,2,137"])
+        self.assertEqual(shapes["4755,2,137"], [
+            offer(18, 684720, 24.58, 3.39), offer(1, 0, 8.10, 0.03)])
+
+    def test_pick_mirrors_the_variant(self):
+        split_first = [offer(18, 900, 20.0), offer(1, 0, 8.0)]
+        self.assertEqual(rules.pick(split_first, False)["us"], 20.0)
+        self.assertEqual(rules.pick(split_first, True)["us"], 8.0)
+        # -1 (no split-K attribute) counts as unsplit, as split_k <= 1 does.
+        self.assertEqual(
+            rules.pick([offer(4, 10, 9.0), offer(-1, 0, 7.0)], True)["us"],
+            7.0)
+        # Every offer splits: the first of the least workspace.
+        all_split = [offer(8, 500, 9.0), offer(4, 100, 8.0),
+                     offer(2, 100, 6.0)]
+        self.assertEqual(rules.pick(all_split, True)["us"], 8.0)
+        # Only the first HEURISTIC_RESULTS offers are asked for.
+        many = [offer(8, 500, 9.0)] * rules.HEURISTIC_RESULTS + [
+            offer(1, 0, 1.0)]
+        self.assertEqual(rules.pick(many, True)["us"], 9.0)
+
+    def test_score_against_the_fastest_offer(self):
+        shapes = {
+            "4755,2,137": [offer(18, 900, 24.0, 3.4), offer(1, 0, 8.0)],
+            "64,64,100": [offer(4, 900, 5.0), offer(1, 0, 10.0)],
+        }
+        variant = rules.rules()[0][1]
+        geo, over10, over25, worst, at = rules.score(shapes, variant)
+        self.assertAlmostEqual(geo, (3.0 * 2.0) ** 0.5)
+        self.assertEqual((over10, over25, worst, at), (2, 2, 3.0, "4755,2,137"))
+        never = rules.score(shapes, lambda k, first: False)
+        self.assertAlmostEqual(never[0], 3.0 ** 0.5)
+        self.assertEqual(never[3:], (3.0, "4755,2,137"))
+
+    def test_every_rule_names_itself(self):
+        names = [name for name, _ in rules.rules()]
+        self.assertEqual(len(names), len(set(names)))
+        self.assertTrue(re.match(r"K <= 128 \(the variant\)", names[0]))
+
+
+if __name__ == "__main__":
+    unittest.main()
