@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/lru_cache.h"
 #include "base/status_macros.h"
 #include "kernels/cuda/gemm/common.h"
 #include "kernels/cuda/gemm/cublaslt_api.h"
@@ -47,6 +48,9 @@ namespace {
 constexpr char kName[] = "gemm.cuda.cublaslt";
 // The workspace cuBLAS documents as enough for every Hopper kernel.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// Plans kept (all devices): M from 1 to 4096 against one weight, each at
+// one alignment.
+constexpr size_t kMaxPlans = 4096;
 // cuBLASLt's fraction of the peak that EstimateSeconds divides by (fp32
 // SIMT, or the 16-bit tensor peak): at 4096^3 on the H200 51.3 of 66.9
 // TFLOP/s in float32, 789 and 753 of 1070 in bfloat16 and float16:
@@ -303,7 +307,7 @@ class GemmCublasLtVariant final
  public:
   ~GemmCublasLtVariant() override {
     absl::MutexLock lock(&mu_);
-    plans_.clear();
+    plans_.Clear();
     for (auto& [where, ptr] : workspaces_) {
       cudaSetDevice(where.first);
       cudaFree(ptr);
@@ -384,7 +388,7 @@ class GemmCublasLtVariant final
         {AlignmentOf(a), AlignmentOf(b), AlignmentOf(c), AlignmentOf(d)});
     cudaStream_t stream = StreamOf(ctx);
     cublasLtHandle_t handle;
-    const Plan* plan;
+    std::shared_ptr<const Plan> plan;
     void* workspace;
     {
       absl::MutexLock lock(&mu_);
@@ -416,18 +420,16 @@ class GemmCublasLtVariant final
   }
 
   // A plan built here (a shape's first call) makes the call cold.
-  absl::StatusOr<const Plan*> PlanLocked(cublasLtHandle_t handle,
-                                         const PlanKey& key,
-                                         ExecContext& ctx) const
+  absl::StatusOr<std::shared_ptr<const Plan>> PlanLocked(
+      cublasLtHandle_t handle, const PlanKey& key, ExecContext& ctx) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = plans_.find(key);
-    if (it != plans_.end()) return it->second.get();
+    if (std::shared_ptr<const Plan> found = plans_.Find(key)) return found;
     ctx.launch.cold = true;
     auto plan = std::make_unique<Plan>();
     COALESCE_RETURN_IF_ERROR(BuildPlan(handle, key, plan.get()));
-    const Plan* raw = plan.get();
-    plans_[key] = std::move(plan);
-    return raw;
+    std::shared_ptr<const Plan> built = std::move(plan);
+    plans_.Put(key, built);
+    return built;
   }
 
   absl::StatusOr<void*> WorkspaceLocked(int device, cudaStream_t stream) const
@@ -443,7 +445,10 @@ class GemmCublasLtVariant final
 
   mutable absl::Mutex mu_;
   mutable std::map<int, cublasLtHandle_t> handles_ ABSL_GUARDED_BY(mu_);
-  mutable std::map<PlanKey, std::unique_ptr<Plan>> plans_ ABSL_GUARDED_BY(mu_);
+  // Keyed by exact sizes, which clients choose: bounded, so that a stream of
+  // distinct shapes costs heuristic calls but not memory without end. A
+  // plan dropped while a call uses it lives until that call returns.
+  mutable LruCache<PlanKey, const Plan> plans_ ABSL_GUARDED_BY(mu_){kMaxPlans};
   mutable std::map<std::pair<int, cudaStream_t>, void*> workspaces_
       ABSL_GUARDED_BY(mu_);
 };
