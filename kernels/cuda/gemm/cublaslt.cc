@@ -425,11 +425,10 @@ class GemmCublasLtVariant final
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (std::shared_ptr<const Plan> found = plans_.Find(key)) return found;
     ctx.launch.cold = true;
-    auto plan = std::make_unique<Plan>();
+    auto plan = std::make_shared<Plan>();
     COALESCE_RETURN_IF_ERROR(BuildPlan(handle, key, plan.get()));
-    std::shared_ptr<const Plan> built = std::move(plan);
-    plans_.Put(key, built);
-    return built;
+    plans_.Put(key, plan);
+    return plan;
   }
 
   absl::StatusOr<void*> WorkspaceLocked(int device, cudaStream_t stream) const
