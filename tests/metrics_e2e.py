@@ -51,6 +51,10 @@ ABSENT_ON_BACKEND = {
             "the CPU backend has no stream-ordered pool",
         "coalesce_device_block_cache_bytes":
             "the CPU backend keeps no device blocks",
+        "coalesce_variant_plans": "no CPU variant keeps plans",
+        "coalesce_variant_plan_capacity": "no CPU variant keeps plans",
+        "coalesce_variant_plan_evictions_total":
+            "no CPU variant keeps plans",
     },
     "cuda": {
         "coalesce_kernel_achieved_occupancy_ratio":

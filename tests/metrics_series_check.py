@@ -32,6 +32,9 @@ from metrics_e2e import Deadline, Server, drive_traffic  # noqa: E402
 ABSENT_ON_CPU = {
     "coalesce_device_pool_reserved_bytes": "CUDA only",
     "coalesce_device_block_cache_bytes": "CUDA only",
+    "coalesce_variant_plans": "cuBLASLt's plans, CUDA only",
+    "coalesce_variant_plan_capacity": "cuBLASLt's plans, CUDA only",
+    "coalesce_variant_plan_evictions_total": "cuBLASLt's plans, CUDA only",
     "coalesce_kernel_theoretical_occupancy_ratio":
         "CPU variants launch nothing",
     "coalesce_kernel_waves": "CPU variants launch nothing",

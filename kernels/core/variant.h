@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -92,6 +93,13 @@ double TileUtilization(int64_t rows, int64_t cols, int64_t tile_rows,
 // KB took 3.3-4.8 us in the selection sweep).
 inline constexpr double kGpuLaunchSeconds = 3e-6;
 
+// A variant's cache of per-shape plans, for the server's metrics.
+struct PlanCacheStats {
+  int64_t plans = 0;       // cached now
+  int64_t capacity = 0;    // the most it keeps
+  uint64_t evictions = 0;  // dropped to make room, since start
+};
+
 class KernelVariant {
  public:
   virtual ~KernelVariant() = default;
@@ -117,6 +125,10 @@ class KernelVariant {
   virtual double EstimateSeconds(const Problem& p, const DeviceInfo& dev) const;
   virtual absl::Status Run(const Problem& p, const Operands& ops,
                            ExecContext& ctx) const = 0;
+  // Its cache of per-shape plans, where it keeps one.
+  virtual std::optional<PlanCacheStats> plan_cache() const {
+    return std::nullopt;
+  }
 
  protected:
   // Fraction of the roofline this variant typically reaches on p (0..1].

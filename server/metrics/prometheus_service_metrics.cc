@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -269,6 +270,39 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
     variant_index_[variants[i]] = static_cast<int>(i);
     for (std::atomic<Counter*>& c : selection_counters_[i]) {
       c.store(nullptr, std::memory_order_relaxed);
+    }
+  }
+  // Variants that keep per-shape plans (cuBLASLt): how full the bounded
+  // cache runs, and how often it drops a plan that a later call rebuilds.
+  {
+    Family<Gauge>& plans = registry->AddGauge(
+        "coalesce_variant_plans",
+        "Per-shape plans a variant keeps cached (cuBLASLt's heuristic "
+        "choices), all devices.");
+    Family<Gauge>& capacity = registry->AddGauge(
+        "coalesce_variant_plan_capacity",
+        "The most plans a variant keeps; past it the least recently used "
+        "plan is dropped.");
+    Family<Counter>& evictions = registry->AddCounter(
+        "coalesce_variant_plan_evictions_total",
+        "Plans dropped to make room; a shape whose plan was dropped pays the "
+        "heuristic again on its next call.");
+    for (const KernelVariant* v : variants) {
+      const std::optional<PlanCacheStats> stats = v->plan_cache();
+      if (!stats.has_value()) continue;
+      const Labels label = {{"variant", std::string(v->name())}};
+      capacity.Add(label).Set(static_cast<double>(stats->capacity));
+      registry->AddCollectHook([v, &gauge = plans.Add(label),
+                                &counter = evictions.Add(label),
+                                counted = std::make_shared<uint64_t>(0)] {
+        const std::optional<PlanCacheStats> now = v->plan_cache();
+        if (!now.has_value()) return;
+        gauge.Set(static_cast<double>(now->plans));
+        if (now->evictions > *counted) {
+          counter.Increment(static_cast<double>(now->evictions - *counted));
+          *counted = now->evictions;
+        }
+      });
     }
   }
   num_kernel_series_ =

@@ -17,9 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "coalesce/v1/tensor_ops.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/core/registry.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "server/server.h"
 
@@ -131,6 +133,59 @@ class LaunchingBackend final : public Backend {
   absl::Status sample_error_;
   std::unique_ptr<Backend> cpu_;
   DeviceInfo device_;
+};
+
+// A variant that keeps per-shape plans, as cuBLASLt's does; the test sets
+// what its cache holds. It implements nothing.
+class PlanningVariant final : public KernelVariant {
+ public:
+  static constexpr char kName[] = "gemm.cpu.planning";
+  absl::string_view name() const override { return kName; }
+  absl::string_view description() const override { return "plans only"; }
+  OpKind op() const override { return OpKind::kGemm; }
+  BackendKind backend() const override { return BackendKind::kCpu; }
+  absl::Status CanImplement(const Problem&, const DeviceInfo&) const override {
+    return absl::UnimplementedError("keeps plans, runs nothing");
+  }
+  absl::Status Run(const Problem&, const Operands&,
+                   ExecContext&) const override {
+    return absl::UnimplementedError("keeps plans, runs nothing");
+  }
+  std::optional<PlanCacheStats> plan_cache() const override {
+    absl::MutexLock lock(&mu_);
+    return stats_;
+  }
+  void Set(PlanCacheStats stats) {
+    absl::MutexLock lock(&mu_);
+    stats_ = stats;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  PlanCacheStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+// The CPU backend with a registry of one PlanningVariant.
+class PlanningBackend final : public Backend {
+ public:
+  PlanningBackend() : cpu_(CreateCpuBackend(1)) {
+    auto v = std::make_unique<PlanningVariant>();
+    variant_ = v.get();
+    registry_.Add(std::move(v));
+  }
+  BackendKind kind() const override { return cpu_->kind(); }
+  const DeviceInfo& device() const override { return cpu_->device(); }
+  const VariantRegistry& registry() const override { return registry_; }
+  absl::Status Execute(const KernelVariant& v, const Problem& p,
+                       const Operands& host, RunResult* result) override {
+    return cpu_->Execute(v, p, host, result);
+  }
+  PlanningVariant* variant() { return variant_; }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+  VariantRegistry registry_;
+  PlanningVariant* variant_;
 };
 
 class ServiceMetricsTest : public testing::Test {
@@ -582,6 +637,30 @@ TEST_F(ServiceMetricsTest, FailedSamplesAreCountedAndKeptOutOfKernelTimes) {
   EXPECT_EQ(
       s.at(Key("coalesce_request_h2d_seconds_count", {{"op", "transpose"}})),
       1);
+}
+
+TEST_F(ServiceMetricsTest, PlanCachesOfTheVariantsThatKeepThem) {
+  // The CPU backend's variants keep no plans: no series.
+  EXPECT_THAT(server_->registry->Serialize(),
+              Not(HasSubstr("coalesce_variant_plans{")));
+
+  auto backend = std::make_unique<PlanningBackend>();
+  PlanningVariant* variant = backend->variant();
+  variant->Set({3, 4096, 0});
+  Start(std::move(backend));
+  const Labels label = {{"variant", PlanningVariant::kName}};
+  std::map<std::string, double> s = Scrape();
+  EXPECT_EQ(s.at(Key("coalesce_variant_plans", label)), 3);
+  EXPECT_EQ(s.at(Key("coalesce_variant_plan_capacity", label)), 4096);
+  EXPECT_EQ(s.at(Key("coalesce_variant_plan_evictions_total", label)), 0);
+
+  variant->Set({4096, 4096, 10});
+  s = Scrape();
+  EXPECT_EQ(s.at(Key("coalesce_variant_plans", label)), 4096);
+  EXPECT_EQ(s.at(Key("coalesce_variant_plan_evictions_total", label)), 10);
+  variant->Set({4096, 4096, 25});
+  EXPECT_EQ(Scrape().at(Key("coalesce_variant_plan_evictions_total", label)),
+            25);
 }
 
 }  // namespace

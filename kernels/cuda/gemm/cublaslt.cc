@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -325,6 +326,12 @@ class GemmCublasLtVariant final
   }
   // 1: float32 plans with K <= 128 avoid split-K algorithms (LtAvoidsSplitK).
   int revision() const override { return 1; }
+  std::optional<PlanCacheStats> plan_cache() const override {
+    absl::MutexLock lock(&mu_);
+    return PlanCacheStats{static_cast<int64_t>(plans_.size()),
+                          static_cast<int64_t>(plans_.capacity()),
+                          plans_.evictions()};
+  }
 
  protected:
   // Any dtype (float32 computes in full float32 unless allow_tf32); m, n,
