@@ -16,7 +16,9 @@
 #             and batched requests on the device)
 #             (COALESCE_CONFORMANCE_OPS=gemm,... limits it to some ops;
 #             SANITIZE_TIMEOUT seconds per tool, default 240;
-#             SANITIZE_TOOLS: the tools, default "memcheck racecheck")
+#             SANITIZE_TOOLS: the tools, default "memcheck racecheck";
+#             SANITIZE_STACKED_FILTER, SANITIZE_SERVER_FILTER: gtest filters
+#             of stacked_test and gpu_data_plane_test, default all)
 #   ncu       Nsight Compute counters (DRAM, instructions, shared-memory
 #             wavefronts, sectors per request, stalls) for one launch of the
 #             transposes and layout kernels named in NCU_CASES
@@ -186,8 +188,9 @@ if has sanitize; then
     sanitize "$bin/cuda_conformance_test" sanitizer
   # The stacked launches (BatchCopy, mixed spaces) and a server's request
   # path on the device: the scheduler, batches of concurrent callers.
-  sanitize "$bin/stacked_test" sanitizer-stacked '*'
-  sanitize "$bin/gpu_data_plane_test" sanitizer-server '*'
+  sanitize "$bin/stacked_test" sanitizer-stacked "${SANITIZE_STACKED_FILTER:-*}"
+  sanitize "$bin/gpu_data_plane_test" sanitizer-server \
+    "${SANITIZE_SERVER_FILTER:-*}"
 fi
 if has ncu; then
   # One launch each of the transposes and layout kernels the targets hinge
