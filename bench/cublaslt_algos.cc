@@ -228,7 +228,7 @@ class Prober {
       COALESCE_ASSIGN_OR_RETURN(const double us, Time(desc, res, reps));
       times[r] = us;
       offers[r] = {ConfigOf(res.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                   res.workspaceSize};
+                   res.workspaceSize, res.wavesCount};
       if (us < times[best_rank]) best_rank = r;
       absl::PrintF(
           "%-22s rank %d algo %3d tile %3d splitk %4d reduction %d stages "
@@ -243,7 +243,7 @@ class Prober {
     // The variant's pick among the algorithms offered here (its plan asks
     // for kLtHeuristicResults where it avoids split K).
     const int pick = cuda::PickLtAlgorithm(
-        offers, cuda::LtAvoidsSplitK(dtype_, /*tf32=*/false, s.k));
+        offers, cuda::LtAvoidsSplitK(dtype_, /*tf32=*/false, s.k, offers[0]));
     const double best = times[best_rank];
     return absl::StrFormat(
         "%-22s first %.2f us, fastest rank %d %.2f us (first %.2fx it), "

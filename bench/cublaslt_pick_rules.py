@@ -17,7 +17,9 @@ and the worst. A rule says, from K and the heuristic's first offer, whether
 the plan avoids split K; the pick then mirrors PickLtAlgorithm
 (kernels/cuda/gemm/cublaslt_pick.h): the first unsplit of the first 8
 offers, else the first of the least workspace. The first rule is the
-variant's (K <= 128). Plain Python 3.
+variant's (K <= 128, or K <= 512 where the first offer fills 0.2 waves
+or splits K into parts of under 2 steps).
+Plain Python 3.
 """
 
 import math
@@ -26,6 +28,9 @@ import sys
 
 HEURISTIC_RESULTS = 8  # kLtHeuristicResults
 NO_SPLIT_MAX_K = 128  # kLtNoSplitMaxK
+WIDE_NO_SPLIT_MAX_K = 512  # kLtWideNoSplitMaxK
+NO_SPLIT_MIN_WAVES = 0.2  # kLtNoSplitMinWaves
+NO_SPLIT_MIN_STEPS = 2  # kLtNoSplitMinStepsPerSplit
 
 OFFER = re.compile(
     r"(?P<shape>\S+)\s+rank\s+(?P<rank>\d+)\s+algo\s+-?\d+\s+tile\s+-?\d+\s+"
@@ -77,10 +82,20 @@ def pick(offers, avoid_split):
     return next(o for o in offers if o["workspace"] == least)
 
 
+def variant_avoids_split(k, first):
+    """LtAvoidsSplitK in float32 without TF32."""
+    return k <= NO_SPLIT_MAX_K or (k <= WIDE_NO_SPLIT_MAX_K and (
+        first["waves"] >= NO_SPLIT_MIN_WAVES or
+        (first["split"] > 1 and k < NO_SPLIT_MIN_STEPS * first["split"])))
+
+
 def rules():
     """(name, avoids_split(k, first_offer)) pairs, the variant's first."""
-    out = [("K <= %d (the variant)" % NO_SPLIT_MAX_K,
-            lambda k, first: k <= NO_SPLIT_MAX_K)]
+    out = [("K <= %d, or K <= %d and (waves >= %.1f or K / split < %d) "
+            "(the variant)" % (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                               NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
+            variant_avoids_split),
+           ("K <= %d" % NO_SPLIT_MAX_K, lambda k, first: k <= NO_SPLIT_MAX_K)]
     for bound in (192, 256, 384, 512, 1024):
         out.append(("K <= %d" % bound, lambda k, first, b=bound: k <= b))
     for bound in (512, 4096):
@@ -90,6 +105,14 @@ def rules():
                 (NO_SPLIT_MAX_K, bound, waves),
                 lambda k, first, b=bound, w=waves: k <= NO_SPLIT_MAX_K or
                 (k <= b and first["waves"] >= w)))
+    for steps in (3, 4, 8):
+        out.append((
+            "K <= %d, or K <= %d and (waves >= %.1f or K / split < %d)" %
+            (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES, steps),
+            lambda k, first, s=steps: k <= NO_SPLIT_MAX_K or
+            (k <= WIDE_NO_SPLIT_MAX_K and (
+                first["waves"] >= NO_SPLIT_MIN_WAVES or
+                (first["split"] > 1 and k < s * first["split"])))))
     return out
 
 

@@ -32,6 +32,12 @@ class PickRulesTest(unittest.TestCase):
         self.assertIn("kLtHeuristicResults = %d;" % rules.HEURISTIC_RESULTS,
                       header)
         self.assertIn("kLtNoSplitMaxK = %d;" % rules.NO_SPLIT_MAX_K, header)
+        self.assertIn("kLtWideNoSplitMaxK = %d;" % rules.WIDE_NO_SPLIT_MAX_K,
+                      header)
+        self.assertIn("kLtNoSplitMinWaves = %.1ff;" % rules.NO_SPLIT_MIN_WAVES,
+                      header)
+        self.assertIn("kLtNoSplitMinStepsPerSplit = %d;" %
+                      rules.NO_SPLIT_MIN_STEPS, header)
 
     def test_split_shapes_keeps_float32_split_candidates(self):
         lines = [
@@ -79,10 +85,22 @@ class PickRulesTest(unittest.TestCase):
             "4755,2,137": [offer(18, 900, 24.0, 3.4), offer(1, 0, 8.0)],
             "64,64,100": [offer(4, 900, 5.0), offer(1, 0, 10.0)],
         }
+        # The variant: K = 137 avoids the split where the first offer fills
+        # 3.4 waves, K = 100 always.
         variant = rules.rules()[0][1]
         geo, over10, over25, worst, at = rules.score(shapes, variant)
+        self.assertAlmostEqual(geo, 2.0 ** 0.5)
+        self.assertEqual((over10, over25, worst, at), (1, 1, 2.0, "64,64,100"))
+        k128 = rules.rules()[1][1]
+        geo, over10, over25, worst, at = rules.score(shapes, k128)
         self.assertAlmostEqual(geo, (3.0 * 2.0) ** 0.5)
         self.assertEqual((over10, over25, worst, at), (2, 2, 3.0, "4755,2,137"))
+        narrow = {"4755,2,137": [offer(18, 900, 24.0, 0.1), offer(1, 0, 8.0)]}
+        self.assertEqual(rules.score(narrow, variant)[3], 3.0)
+        # Under 2 steps of K per split: avoided whatever the waves.
+        thin = {"64,168,136,1,tb": [offer(88, 900, 28.9, 0.12),
+                                    offer(1, 0, 6.8)]}
+        self.assertEqual(rules.score(thin, variant)[3], 1.0)
         never = rules.score(shapes, lambda k, first: False)
         self.assertAlmostEqual(never[0], 3.0 ** 0.5)
         self.assertEqual(never[3:], (3.0, "4755,2,137"))
@@ -90,7 +108,10 @@ class PickRulesTest(unittest.TestCase):
     def test_every_rule_names_itself(self):
         names = [name for name, _ in rules.rules()]
         self.assertEqual(len(names), len(set(names)))
-        self.assertTrue(re.match(r"K <= 128 \(the variant\)", names[0]))
+        self.assertTrue(re.match(
+            r"K <= 128, or K <= 512 and \(waves >= 0.2 or K / split < 2\) "
+            r"\(the variant\)",
+            names[0]))
 
 
 if __name__ == "__main__":

@@ -100,7 +100,10 @@ bool Bf16OddRows(const GemmProblem& g) {
 // 4.2-4.4 us at K of 6-7, 5.0-5.6 at 64, 6.4-6.6 at 128 in the H200 sweep
 // (211 such shapes of seeds 7 and 8, every class; without the split cost
 // the estimate is 0.26 us under the median), so only K > 128 pays it, and
-// never GEMVs (m or n of 1: 3.9-4.4 us for 64x1x89 to 64x1x256).
+// never GEMVs (m or n of 1: 3.9-4.4 us for 64x1x89 to 64x1x256). Up to
+// K = 512 a plan also avoids the split where cuBLASLt's first algorithm
+// fills 0.2 waves or splits K into parts of under 2 steps, which the
+// estimate cannot see: it charges those the split as well.
 constexpr double kSplitKSeconds = 2.4e-6;
 constexpr int64_t kSplitKMaxOutputs = 32768;
 // Operands from HBM (GemmOperandsFromHbm) add latency to every step of a
@@ -128,8 +131,8 @@ double Float32Seconds(const GemmProblem& p, const DeviceInfo& dev) {
   double t = kGpuLaunchSeconds + kCallSeconds + r.math / kEfficiency +
              r.memory / kMemoryEfficiency;
   const bool gemv = p.m == 1 || p.n == 1;
-  if (!LtAvoidsSplitK(p.dtype, false, p.k) &&
-      p.batch * p.m * p.n < kSplitKMaxOutputs && !gemv) {
+  if (p.k > kLtNoSplitMaxK && p.batch * p.m * p.n < kSplitKMaxOutputs &&
+      !gemv) {
     t += kSplitKSeconds;
   }
   if (GemmOperandsFromHbm(p, dev)) {
@@ -281,13 +284,13 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
                                             sizeof(key.alignment));
     }
   }
-  const bool no_split = LtAvoidsSplitK(key.dtype, key.tf32, key.k);
+  const bool may_avoid = LtMayAvoidSplitK(key.dtype, key.tf32, key.k);
   cublasLtMatmulHeuristicResult_t results[kLtHeuristicResults] = {};
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS) {
     s = Lt().MatmulAlgoGetHeuristic(
         handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref,
-        no_split ? kLtHeuristicResults : 1, results, &found);
+        may_avoid ? kLtHeuristicResults : 1, results, &found);
   }
   Lt().MatmulPreferenceDestroy(pref);
   COALESCE_LT_RETURN_IF_ERROR(s);
@@ -296,11 +299,14 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
         absl::StrCat(kName, ": cuBLASLt's heuristic found no algorithm"));
   }
   std::vector<LtOffer> offers(found);
-  for (int i = 0; no_split && i < found; ++i) {
-    offers[i] = {SplitKOf(results[i].algo), results[i].workspaceSize};
+  for (int i = 0; may_avoid && i < found; ++i) {
+    offers[i] = {SplitKOf(results[i].algo), results[i].workspaceSize,
+                 results[i].wavesCount};
   }
+  const bool avoid_split =
+      may_avoid && LtAvoidsSplitK(key.dtype, key.tf32, key.k, offers[0]);
   const cublasLtMatmulHeuristicResult_t* pick =
-      &results[PickLtAlgorithm(offers, no_split)];
+      &results[PickLtAlgorithm(offers, avoid_split)];
   plan->algo = pick->algo;
   plan->workspace = pick->workspaceSize;
   return absl::OkStatus();
@@ -322,13 +328,16 @@ class GemmCublasLtVariant final
 
   absl::string_view name() const override { return kName; }
   absl::string_view description() const override {
-    return "cuBLASLt (heuristic's first algorithm; in float32 with K <= 128 "
-           "its first that does not split K, else its least workspace), plans "
-           "cached per shape, "
-           "workspace per device and stream; the vendor baseline";
+    return "cuBLASLt (heuristic's first algorithm; in float32 with K <= 128, "
+           "or K <= 512 where that algorithm fills 0.2 waves or splits K into "
+           "parts of under 2 steps, its first that does not split K, else its "
+           "least workspace), plans cached per shape, workspace per device "
+           "and stream; the vendor baseline";
   }
   // 1: float32 plans with K <= 128 avoid split-K algorithms (LtAvoidsSplitK).
-  int revision() const override { return 1; }
+  // 2: and with K <= 512 where the first algorithm fills 0.2 waves or
+  //    splits K into parts of under 2 steps.
+  int revision() const override { return 2; }
   std::optional<PlanCacheStats> plan_cache() const override {
     absl::MutexLock lock(&mu_);
     return PlanCacheStats{static_cast<int64_t>(plans_.size()),

@@ -2,8 +2,15 @@
 
 namespace coalesce::cuda {
 
-bool LtAvoidsSplitK(DType dtype, bool tf32, int64_t k) {
-  return dtype == DType::kFloat32 && !tf32 && k <= kLtNoSplitMaxK;
+bool LtMayAvoidSplitK(DType dtype, bool tf32, int64_t k) {
+  return dtype == DType::kFloat32 && !tf32 && k <= kLtWideNoSplitMaxK;
+}
+
+bool LtAvoidsSplitK(DType dtype, bool tf32, int64_t k, const LtOffer& first) {
+  return LtMayAvoidSplitK(dtype, tf32, k) &&
+         (k <= kLtNoSplitMaxK || first.waves >= kLtNoSplitMinWaves ||
+          (first.split_k > 1 && k < kLtNoSplitMinStepsPerSplit *
+                                        static_cast<int64_t>(first.split_k)));
 }
 
 int PickLtAlgorithm(absl::Span<const LtOffer> offers, bool avoid_split) {

@@ -8,12 +8,51 @@ namespace coalesce::cuda {
 namespace {
 
 TEST(LtAvoidsSplitKTest, Float32WithoutTf32UpToTheBound) {
-  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, 1));
-  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, kLtNoSplitMaxK));
-  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, false, kLtNoSplitMaxK + 1));
-  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, true, 64));
-  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat16, false, 64));
-  EXPECT_FALSE(LtAvoidsSplitK(DType::kBFloat16, false, 64));
+  const LtOffer narrow{18, 100, 0.1f};
+  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, 1, narrow));
+  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, kLtNoSplitMaxK, narrow));
+  EXPECT_FALSE(
+      LtAvoidsSplitK(DType::kFloat32, false, kLtNoSplitMaxK + 1, narrow));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, true, 64, narrow));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat16, false, 64, narrow));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kBFloat16, false, 64, narrow));
+}
+
+// 4755x2x137 on an H100: the first algorithm splits K 18 times into 3.4
+// waves (24.6 us) where an unsplit one took 8.1 us.
+TEST(LtAvoidsSplitKTest, UpToTheWideBoundWhereTheFirstFillsWaves) {
+  const LtOffer wide{18, 684720, 3.39f};
+  const LtOffer at_bound{18, 684720, kLtNoSplitMinWaves};
+  const LtOffer narrow{18, 684720, 0.1f};
+  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, 137, wide));
+  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, 137, at_bound));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, false, 137, narrow));
+  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, kLtWideNoSplitMaxK, wide));
+  EXPECT_FALSE(
+      LtAvoidsSplitK(DType::kFloat32, false, kLtWideNoSplitMaxK + 1, wide));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, true, 137, wide));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kBFloat16, false, 137, wide));
+}
+
+// 64x168x136 with B transposed on an H100: the first algorithm splits K 88
+// times (under 2 steps each) in 0.12 waves, 28.9 us against 6.8 unsplit.
+TEST(LtAvoidsSplitKTest, UpToTheWideBoundWhereSplitsGetUnderTwoSteps) {
+  EXPECT_TRUE(
+      LtAvoidsSplitK(DType::kFloat32, false, 136, {88, 4326603, 0.12f}));
+  EXPECT_TRUE(
+      LtAvoidsSplitK(DType::kFloat32, false, 175, {88, 4326603, 0.12f}));
+  EXPECT_FALSE(
+      LtAvoidsSplitK(DType::kFloat32, false, 176, {88, 4326603, 0.12f}));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, false, 136, {1, 0, 0.0f}));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, false, 1000, {600, 0, 0.0f}));
+}
+
+TEST(LtMayAvoidSplitKTest, AsksForSeveralAlgorithmsUpToTheWideBound) {
+  EXPECT_TRUE(LtMayAvoidSplitK(DType::kFloat32, false, kLtWideNoSplitMaxK));
+  EXPECT_FALSE(
+      LtMayAvoidSplitK(DType::kFloat32, false, kLtWideNoSplitMaxK + 1));
+  EXPECT_FALSE(LtMayAvoidSplitK(DType::kFloat32, true, 64));
+  EXPECT_FALSE(LtMayAvoidSplitK(DType::kFloat16, false, 64));
 }
 
 TEST(PickLtAlgorithmTest, TheFirstUnlessSplitsAreAvoided) {
