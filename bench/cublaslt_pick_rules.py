@@ -82,11 +82,17 @@ def pick(offers, avoid_split):
     return next(o for o in offers if o["workspace"] == least)
 
 
-def variant_avoids_split(k, first):
-    """LtAvoidsSplitK in float32 without TF32."""
-    return k <= NO_SPLIT_MAX_K or (k <= WIDE_NO_SPLIT_MAX_K and (
-        first["waves"] >= NO_SPLIT_MIN_WAVES or
-        (first["split"] > 1 and k < NO_SPLIT_MIN_STEPS * first["split"])))
+def no_split_rule(max_k, wide_max_k=0, min_waves=math.inf, min_steps=0):
+    """avoids_split(k, first_offer): always with K <= max_k; with K <=
+    wide_max_k where the first offer fills min_waves or splits K into parts
+    of under min_steps steps (LtAvoidsSplitK's form)."""
+    def avoids_split(k, first):
+        if k <= max_k:
+            return True
+        return k <= wide_max_k and (
+            first["waves"] >= min_waves or
+            (first["split"] > 1 and k < min_steps * first["split"]))
+    return avoids_split
 
 
 def rules():
@@ -94,25 +100,21 @@ def rules():
     out = [("K <= %d, or K <= %d and (waves >= %.1f or K / split < %d) "
             "(the variant)" % (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
                                NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
-            variant_avoids_split),
-           ("K <= %d" % NO_SPLIT_MAX_K, lambda k, first: k <= NO_SPLIT_MAX_K)]
-    for bound in (192, 256, 384, 512, 1024):
-        out.append(("K <= %d" % bound, lambda k, first, b=bound: k <= b))
+            no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                          NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS))]
+    for bound in (NO_SPLIT_MAX_K, 192, 256, 384, 512, 1024):
+        out.append(("K <= %d" % bound, no_split_rule(bound)))
     for bound in (512, 4096):
         for waves in (0.2, 0.5):
-            out.append((
-                "K <= %d, or K <= %d and waves >= %.1f" %
-                (NO_SPLIT_MAX_K, bound, waves),
-                lambda k, first, b=bound, w=waves: k <= NO_SPLIT_MAX_K or
-                (k <= b and first["waves"] >= w)))
+            out.append(("K <= %d, or K <= %d and waves >= %.1f" %
+                        (NO_SPLIT_MAX_K, bound, waves),
+                        no_split_rule(NO_SPLIT_MAX_K, bound, waves)))
     for steps in (3, 4, 8):
         out.append((
             "K <= %d, or K <= %d and (waves >= %.1f or K / split < %d)" %
             (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES, steps),
-            lambda k, first, s=steps: k <= NO_SPLIT_MAX_K or
-            (k <= WIDE_NO_SPLIT_MAX_K and (
-                first["waves"] >= NO_SPLIT_MIN_WAVES or
-                (first["split"] > 1 and k < s * first["split"])))))
+            no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                          NO_SPLIT_MIN_WAVES, steps)))
     return out
 
 

@@ -303,10 +303,8 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
     offers[i] = {SplitKOf(results[i].algo), results[i].workspaceSize,
                  results[i].wavesCount};
   }
-  const bool avoid_split =
-      may_avoid && LtAvoidsSplitK(key.dtype, key.tf32, key.k, offers[0]);
-  const cublasLtMatmulHeuristicResult_t* pick =
-      &results[PickLtAlgorithm(offers, avoid_split)];
+  const cublasLtMatmulHeuristicResult_t* pick = &results[PickLtAlgorithm(
+      offers, LtAvoidsSplitK(key.dtype, key.tf32, key.k, offers[0]))];
   plan->algo = pick->algo;
   plan->workspace = pick->workspaceSize;
   return absl::OkStatus();
