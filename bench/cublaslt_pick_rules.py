@@ -14,11 +14,12 @@ coalesce-cublaslt-algos' M,N,K,BATCH[,ta][,tb] form.
 `score`: per rule and file, the geometric mean of the rule's pick over the
 fastest offered algorithm, how many shapes it leaves over 1.1x and 1.25x,
 and the worst. A rule says, from K and the heuristic's first offer, whether
-the plan avoids split K; the pick then mirrors PickLtAlgorithm
-(kernels/cuda/gemm/cublaslt_pick.h): the first unsplit of the first 8
-offers, else the first of the least workspace. The first rule is the
-variant's (K <= 128, or K <= 512 where the first offer fills 0.2 waves
-or splits K into parts of under 2 steps).
+the plan avoids split K, and where every offer splits, which it takes; the
+pick mirrors PickLtAlgorithm (kernels/cuda/gemm/cublaslt_pick.h): the first
+unsplit of the first 8 offers, else the first of the fewest splits (or of
+the least workspace, as before). The first rule is the variant's (K <= 128;
+K <= 512 where the first offer fills 0.2 waves or splits K into parts of
+under 2 steps; any K where it splits K 256 ways or more).
 Plain Python 3.
 """
 
@@ -31,6 +32,7 @@ NO_SPLIT_MAX_K = 128  # kLtNoSplitMaxK
 WIDE_NO_SPLIT_MAX_K = 512  # kLtWideNoSplitMaxK
 NO_SPLIT_MIN_WAVES = 0.2  # kLtNoSplitMinWaves
 NO_SPLIT_MIN_STEPS = 2  # kLtNoSplitMinStepsPerSplit
+NO_SPLIT_MIN_FIRST_SPLITS = 256  # kLtNoSplitMinFirstSplits
 
 OFFER = re.compile(
     r"(?P<shape>\S+)\s+rank\s+(?P<rank>\d+)\s+algo\s+-?\d+\s+tile\s+-?\d+\s+"
@@ -70,24 +72,28 @@ def read_offers(lines):
     return shapes
 
 
-def pick(offers, avoid_split):
-    """PickLtAlgorithm over the first HEURISTIC_RESULTS offers."""
+def pick(offers, avoid_split, fallback="split"):
+    """PickLtAlgorithm over the first HEURISTIC_RESULTS offers; where all
+    split, the first of the fewest splits ("split") or of the least
+    workspace ("workspace")."""
     offers = offers[:HEURISTIC_RESULTS]
     if not avoid_split:
         return offers[0]
     for o in offers:
         if o["split"] <= 1:
             return o
-    least = min(o["workspace"] for o in offers)
-    return next(o for o in offers if o["workspace"] == least)
+    least = min(o[fallback] for o in offers)
+    return next(o for o in offers if o[fallback] == least)
 
 
-def no_split_rule(max_k, wide_max_k=0, min_waves=math.inf, min_steps=0):
-    """avoids_split(k, first_offer): always with K <= max_k; with K <=
+def no_split_rule(max_k, wide_max_k=0, min_waves=math.inf, min_steps=0,
+                  min_first_splits=math.inf):
+    """avoids_split(k, first_offer): always with K <= max_k or where the
+    first offer splits K min_first_splits ways or more; with K <=
     wide_max_k where the first offer fills min_waves or splits K into parts
     of under min_steps steps (LtAvoidsSplitK's form)."""
     def avoids_split(k, first):
-        if k <= max_k:
+        if k <= max_k or first["split"] >= min_first_splits:
             return True
         return k <= wide_max_k and (
             first["waves"] >= min_waves or
@@ -96,35 +102,57 @@ def no_split_rule(max_k, wide_max_k=0, min_waves=math.inf, min_steps=0):
 
 
 def rules():
-    """(name, avoids_split(k, first_offer)) pairs, the variant's first."""
-    out = [("K <= %d, or K <= %d and (waves >= %.1f or K / split < %d) "
-            "(the variant)" % (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                               NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
+    """(name, avoids_split(k, first_offer), fallback) triples, the
+    variant's first."""
+    wide = ("K <= %d, or K <= %d and (waves >= %.1f or K / split < %d)" %
+            (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES,
+             NO_SPLIT_MIN_STEPS))
+    out = [("%s, or first split >= %d; fewest splits (the variant)" %
+            (wide, NO_SPLIT_MIN_FIRST_SPLITS),
             no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                          NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS))]
-    for bound in (NO_SPLIT_MAX_K, 192, 256, 384, 512, 1024):
-        out.append(("K <= %d" % bound, no_split_rule(bound)))
-    for bound in (512, 4096):
-        for waves in (0.2, 0.5):
-            out.append(("K <= %d, or K <= %d and waves >= %.1f" %
-                        (NO_SPLIT_MAX_K, bound, waves),
-                        no_split_rule(NO_SPLIT_MAX_K, bound, waves)))
-    for steps in (3, 4, 8):
-        out.append((
-            "K <= %d, or K <= %d and (waves >= %.1f or K / split < %d)" %
-            (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES, steps),
-            no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                          NO_SPLIT_MIN_WAVES, steps)))
+                          NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS,
+                          NO_SPLIT_MIN_FIRST_SPLITS), "split")]
+    for fallback in ("split", "workspace"):
+        word = "fewest splits" if fallback == "split" else "least workspace"
+        out.append(("%s; %s" % (wide, word),
+                    no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                                  NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
+                    fallback))
+    out.append(("%s, or first split >= %d; least workspace" %
+                (wide, NO_SPLIT_MIN_FIRST_SPLITS),
+                no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                              NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS,
+                              NO_SPLIT_MIN_FIRST_SPLITS), "workspace"))
+    for splits in (128, 200):
+        out.append(("%s, or first split >= %d; fewest splits" %
+                    (wide, splits),
+                    no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                                  NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS,
+                                  splits), "split"))
+    for steps in (4, 8):
+        out.append(("K <= %d, or K <= %d and waves >= %.1f, or K / split < "
+                    "%d; fewest splits" %
+                    (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES,
+                     steps),
+                    lambda k, first, steps=steps: (
+                        k <= NO_SPLIT_MAX_K or
+                        (k <= WIDE_NO_SPLIT_MAX_K and
+                         first["waves"] >= NO_SPLIT_MIN_WAVES) or
+                        (first["split"] > 1 and k < steps * first["split"])),
+                    "split"))
+    for bound in (NO_SPLIT_MAX_K, 256, 512, 1024):
+        out.append(("K <= %d; fewest splits" % bound, no_split_rule(bound),
+                    "split"))
     return out
 
 
-def score(shapes, avoids_split):
+def score(shapes, avoids_split, fallback):
     """(geometric mean, over 1.1x, over 1.25x, worst ratio, worst shape)."""
     ratios = []
     for shape, offers in shapes.items():
         k = int(shape.split(",")[2])
         fastest = min(o["us"] for o in offers[:HEURISTIC_RESULTS])
-        chosen = pick(offers, avoids_split(k, offers[0]))
+        chosen = pick(offers, avoids_split(k, offers[0]), fallback)
         ratios.append((chosen["us"] / fastest, shape))
     geo = math.exp(sum(math.log(r) for r, _ in ratios) / len(ratios))
     worst = max(ratios)
@@ -149,10 +177,10 @@ def main(argv):
     print("| rule | " + " | ".join("%s (%d shapes)" % (p, len(s))
                                   for p, s in files) + " |")
     print("|---|" + "---|" * len(files))
-    for name, rule in rules():
+    for name, rule, fallback in rules():
         cells = []
         for _, shapes in files:
-            geo, over10, over25, worst, at = score(shapes, rule)
+            geo, over10, over25, worst, at = score(shapes, rule, fallback)
             cells.append("%.3f, >1.1x %d, >1.25x %d, worst %.2fx (%s)" %
                          (geo, over10, over25, worst, at))
         print("| %s | %s |" % (name, " | ".join(cells)))

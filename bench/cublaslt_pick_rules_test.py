@@ -38,6 +38,8 @@ class PickRulesTest(unittest.TestCase):
                       header)
         self.assertIn("kLtNoSplitMinStepsPerSplit = %d;" %
                       rules.NO_SPLIT_MIN_STEPS, header)
+        self.assertIn("kLtNoSplitMinFirstSplits = %d;" %
+                      rules.NO_SPLIT_MIN_FIRST_SPLITS, header)
 
     def test_split_shapes_keeps_float32_split_candidates(self):
         lines = [
@@ -71,10 +73,12 @@ class PickRulesTest(unittest.TestCase):
         self.assertEqual(
             rules.pick([offer(4, 10, 9.0), offer(-1, 0, 7.0)], True)["us"],
             7.0)
-        # Every offer splits: the first of the least workspace.
+        # Every offer splits: the first of the fewest splits, or of the
+        # least workspace.
         all_split = [offer(8, 500, 9.0), offer(4, 100, 8.0),
-                     offer(2, 100, 6.0)]
-        self.assertEqual(rules.pick(all_split, True)["us"], 8.0)
+                     offer(2, 700, 6.0), offer(2, 100, 5.0)]
+        self.assertEqual(rules.pick(all_split, True)["us"], 6.0)
+        self.assertEqual(rules.pick(all_split, True, "workspace")["us"], 8.0)
         # Only the first HEURISTIC_RESULTS offers are asked for.
         many = [offer(8, 500, 9.0)] * rules.HEURISTIC_RESULTS + [
             offer(1, 0, 1.0)]
@@ -87,30 +91,36 @@ class PickRulesTest(unittest.TestCase):
         }
         # The variant: K = 137 avoids the split where the first offer fills
         # 3.4 waves, K = 100 always.
-        variant = rules.rules()[0][1]
-        geo, over10, over25, worst, at = rules.score(shapes, variant)
+        _, variant, fallback = rules.rules()[0]
+        geo, over10, over25, worst, at = rules.score(shapes, variant,
+                                                     fallback)
         self.assertAlmostEqual(geo, 2.0 ** 0.5)
         self.assertEqual((over10, over25, worst, at), (1, 1, 2.0, "64,64,100"))
-        k128 = rules.rules()[1][1]
-        geo, over10, over25, worst, at = rules.score(shapes, k128)
+        k128 = dict((n, r) for n, r, _ in rules.rules())[
+            "K <= 128; fewest splits"]
+        geo, over10, over25, worst, at = rules.score(shapes, k128, "split")
         self.assertAlmostEqual(geo, (3.0 * 2.0) ** 0.5)
         self.assertEqual((over10, over25, worst, at), (2, 2, 3.0, "4755,2,137"))
         narrow = {"4755,2,137": [offer(18, 900, 24.0, 0.1), offer(1, 0, 8.0)]}
-        self.assertEqual(rules.score(narrow, variant)[3], 3.0)
+        self.assertEqual(rules.score(narrow, variant, fallback)[3], 3.0)
         # Under 2 steps of K per split: avoided whatever the waves.
         thin = {"64,168,136,1,tb": [offer(88, 900, 28.9, 0.12),
                                     offer(1, 0, 6.8)]}
-        self.assertEqual(rules.score(thin, variant)[3], 1.0)
-        never = rules.score(shapes, lambda k, first: False)
+        self.assertEqual(rules.score(thin, variant, fallback)[3], 1.0)
+        # 256 splits or more: avoided at any K, the fewest splits taken.
+        absurd = {"7,96,2048": [offer(264, 2163379, 53.4, 0.15),
+                                offer(33, 86016, 9.0), offer(264, 16, 409.5)]}
+        self.assertEqual(rules.score(absurd, variant, fallback)[3], 1.0)
+        never = rules.score(shapes, lambda k, first: False, "split")
         self.assertAlmostEqual(never[0], 3.0 ** 0.5)
         self.assertEqual(never[3:], (3.0, "4755,2,137"))
 
     def test_every_rule_names_itself(self):
-        names = [name for name, _ in rules.rules()]
+        names = [name for name, _, _ in rules.rules()]
         self.assertEqual(len(names), len(set(names)))
         self.assertTrue(re.match(
-            r"K <= 128, or K <= 512 and \(waves >= 0.2 or K / split < 2\) "
-            r"\(the variant\)",
+            r"K <= 128, or K <= 512 and \(waves >= 0.2 or K / split < 2\), "
+            r"or first split >= 256; fewest splits \(the variant\)",
             names[0]))
 
 

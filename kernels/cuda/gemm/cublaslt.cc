@@ -100,10 +100,11 @@ bool Bf16OddRows(const GemmProblem& g) {
 // 4.2-4.4 us at K of 6-7, 5.0-5.6 at 64, 6.4-6.6 at 128 in the H200 sweep
 // (211 such shapes of seeds 7 and 8, every class; without the split cost
 // the estimate is 0.26 us under the median), so only K > 128 pays it, and
-// never GEMVs (m or n of 1: 3.9-4.4 us for 64x1x89 to 64x1x256). Up to
-// K = 512 a plan also avoids the split where cuBLASLt's first algorithm
-// fills 0.2 waves or splits K into parts of under 2 steps, which the
-// estimate cannot see: it charges those the split as well.
+// never GEMVs (m or n of 1: 3.9-4.4 us for 64x1x89 to 64x1x256). A plan
+// also avoids the split where cuBLASLt's first algorithm fills 0.2 waves or
+// splits K into parts of under 2 steps (K <= 512), or splits 256 ways or
+// more (any K; its fallback still splits, 33 ways), which the estimate
+// cannot see: it charges those the split as well.
 constexpr double kSplitKSeconds = 2.4e-6;
 constexpr int64_t kSplitKMaxOutputs = 32768;
 // Operands from HBM (GemmOperandsFromHbm) add latency to every step of a
@@ -284,7 +285,7 @@ absl::Status BuildPlan(cublasLtHandle_t handle, const PlanKey& key,
                                             sizeof(key.alignment));
     }
   }
-  const bool may_avoid = LtMayAvoidSplitK(key.dtype, key.tf32, key.k);
+  const bool may_avoid = LtMayAvoidSplitK(key.dtype, key.tf32);
   cublasLtMatmulHeuristicResult_t results[kLtHeuristicResults] = {};
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS) {
@@ -328,14 +329,18 @@ class GemmCublasLtVariant final
   absl::string_view description() const override {
     return "cuBLASLt (heuristic's first algorithm; in float32 with K <= 128, "
            "or K <= 512 where that algorithm fills 0.2 waves or splits K into "
-           "parts of under 2 steps, its first that does not split K, else its "
-           "least workspace), plans cached per shape, workspace per device "
-           "and stream; the vendor baseline";
+           "parts of under 2 steps, or where it splits K 256 ways or more, "
+           "its first that does not split K, else its fewest splits), plans "
+           "cached per shape, workspace per device and stream; the vendor "
+           "baseline";
   }
   // 1: float32 plans with K <= 128 avoid split-K algorithms (LtAvoidsSplitK).
   // 2: and with K <= 512 where the first algorithm fills 0.2 waves or
   //    splits K into parts of under 2 steps.
-  int revision() const override { return 2; }
+  // 3: and at any K where the first algorithm splits K 256 ways or more;
+  //    where every algorithm splits, the fewest splits, not the least
+  //    workspace.
+  int revision() const override { return 3; }
   std::optional<PlanCacheStats> plan_cache() const override {
     absl::MutexLock lock(&mu_);
     return PlanCacheStats{static_cast<int64_t>(plans_.size()),

@@ -44,15 +44,28 @@ TEST(LtAvoidsSplitKTest, UpToTheWideBoundWhereSplitsGetUnderTwoSteps) {
   EXPECT_FALSE(
       LtAvoidsSplitK(DType::kFloat32, false, 176, {88, 4326603, 0.12f}));
   EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, false, 136, {1, 0, 0.0f}));
-  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, false, 1000, {600, 0, 0.0f}));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, false, 1000, {200, 0, 0.0f}));
 }
 
-TEST(LtMayAvoidSplitKTest, AsksForSeveralAlgorithmsUpToTheWideBound) {
-  EXPECT_TRUE(LtMayAvoidSplitK(DType::kFloat32, false, kLtWideNoSplitMaxK));
-  EXPECT_FALSE(
-      LtMayAvoidSplitK(DType::kFloat32, false, kLtWideNoSplitMaxK + 1));
-  EXPECT_FALSE(LtMayAvoidSplitK(DType::kFloat32, true, 64));
-  EXPECT_FALSE(LtMayAvoidSplitK(DType::kFloat16, false, 64));
+// 7x96x2048 on an H100: the first algorithm splits K 264 ways (53.4 us)
+// where the 33-split one took 9.0 us; 264 splits come at every K.
+TEST(LtAvoidsSplitKTest, AtAnyKWhereTheFirstSplitsPastTheBound) {
+  const LtOffer absurd{264, 2163379, 0.15f};
+  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, 2048, absurd));
+  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, 100000, absurd));
+  EXPECT_TRUE(LtAvoidsSplitK(DType::kFloat32, false, 2048,
+                             {kLtNoSplitMinFirstSplits, 0, 0.0f}));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, false, 2048,
+                              {kLtNoSplitMinFirstSplits - 1, 0, 0.0f}));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kFloat32, true, 2048, absurd));
+  EXPECT_FALSE(LtAvoidsSplitK(DType::kBFloat16, false, 2048, absurd));
+}
+
+TEST(LtMayAvoidSplitKTest, AsksForSeveralAlgorithmsInFloat32WithoutTf32) {
+  EXPECT_TRUE(LtMayAvoidSplitK(DType::kFloat32, false));
+  EXPECT_FALSE(LtMayAvoidSplitK(DType::kFloat32, true));
+  EXPECT_FALSE(LtMayAvoidSplitK(DType::kFloat16, false));
+  EXPECT_FALSE(LtMayAvoidSplitK(DType::kBFloat16, false));
 }
 
 TEST(PickLtAlgorithmTest, TheFirstUnlessSplitsAreAvoided) {
@@ -72,13 +85,24 @@ TEST(PickLtAlgorithmTest, TheFirstUnsplitOne) {
   EXPECT_EQ(PickLtAlgorithm({{33, 100}, {0, 5000}}, true), 1);
 }
 
-// 7x134x128 on the H200: every algorithm offered splits K; the first of the
-// least workspace is taken.
-TEST(PickLtAlgorithmTest, AllSplitTheFirstOfTheLeastWorkspace) {
+// 7x134x128 on the H200 (the H100 offers the same): every algorithm offered
+// splits K; the first of the fewest splits is taken (on an H100: 7.07 us,
+// the fastest, against 55.6 for the first).
+TEST(PickLtAlgorithmTest, AllSplitTheFirstOfTheFewestSplits) {
   const std::vector<LtOffer> offers = {
       {264, 4326599}, {264, 3245787}, {132, 15008},  {105, 1086679},
       {33, 15008},    {528, 8653031}, {132, 1353179}};
-  EXPECT_EQ(PickLtAlgorithm(offers, true), 2);
+  EXPECT_EQ(PickLtAlgorithm(offers, true), 4);
+  EXPECT_EQ(PickLtAlgorithm({{8, 10}, {4, 900}, {4, 5}}, true), 1);
+}
+
+// 16x192x512 on an H100: the least workspace (48 bytes) is a 264-split
+// algorithm that took 110.5 us; the 33-split one took 7.7.
+TEST(PickLtAlgorithmTest, NotTheLeastWorkspace) {
+  const std::vector<LtOffer> offers = {
+      {264, 4326599}, {264, 3245787}, {132, 196608}, {105, 1303983},
+      {33, 196608},   {528, 8653031}, {264, 48},     {132, 1623783}};
+  EXPECT_EQ(PickLtAlgorithm(offers, true), 4);
 }
 
 }  // namespace
