@@ -65,7 +65,8 @@
 #             (t64k,t1k,t16m,ln16,t128) (REQUESTS_SERVER: another
 #             coalesce-server binary;
 #             REQUESTS_FLAGS: its flags;
-#             REQUESTS_TRANSPORTS: the transports; REQUESTS_DURATION:
+#             REQUESTS_TRANSPORTS: the transports;
+#             REQUESTS_CONCURRENCY: the concurrencies; REQUESTS_DURATION:
 #             seconds per phase, default 2)
 #   latency   where a lone request's time goes: a fresh server per
 #             transport (inline, handle, pipeline) and size (1 KiB, 64 KiB),
@@ -511,8 +512,12 @@ if has requests; then
       fi
       if [ "$batching" != on ]; then
         conc=$(tr , '\n' <<<"$conc" | awk '$1 >= 64' | paste -sd, -)
-        [ -n "$conc" ] || continue
       fi
+      if [ -n "${REQUESTS_CONCURRENCY:-}" ]; then
+        conc=$(tr , '\n' <<<"$conc" |
+          grep -xF -f <(tr , '\n' <<<"$REQUESTS_CONCURRENCY") | paste -sd, -)
+      fi
+      [ -n "$conc" ] || continue
       echo "-- $name (batching $batching): $op $trs ${bytes} B x$conc"
       "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
         --metrics="127.0.0.1:$mport" --op="$op" --transport="$trs" \
