@@ -107,9 +107,9 @@ std::ostream& operator<<(std::ostream& os, const CliResult& r) {
             << r.err;
 }
 
-CliResult RunCli(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {kCliBinary};
-  argv.insert(argv.end(), args.begin(), args.end());
+// Runs argv (argv[0] a path) with both outputs captured; killed past
+// kCliTimeout.
+CliResult RunBinary(const std::vector<std::string>& argv) {
   Pipe out = MakePipe(), err = MakePipe();
   const pid_t pid = Spawn(argv, out.write_fd, err.write_fd);
   close(out.write_fd);
@@ -149,6 +149,12 @@ CliResult RunCli(const std::vector<std::string>& args) {
   result.exit_code =
       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+CliResult RunCli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {kCliBinary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunBinary(argv);
 }
 
 // The server binary, from start (reading its port from stdout) to SIGTERM.
@@ -912,6 +918,18 @@ TEST_F(E2eTest, UsageErrorsExit2) {
     const CliResult r = Cli(args);
     EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r;
     EXPECT_THAT(r.err, HasSubstr("error: INVALID_ARGUMENT")) << r;
+  }
+}
+
+TEST(E2eServerFlagsTest, BadValuesExitWithUsageNamingTheFlag) {
+  for (const auto& [flag, named] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--device=tpu", "--device must be auto, cpu or cuda, not 'tpu'"},
+           {"--log_format=xml", "--log_format must be text or json"}}) {
+    const CliResult r =
+        RunBinary({kServerBinary, "--listen=127.0.0.1:0", flag});
+    EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r;
+    EXPECT_THAT(r.err, HasSubstr(named)) << r;
   }
 }
 
