@@ -22,11 +22,11 @@ if [ -z "$server_bin" ] || [ -z "$cli_bin" ]; then
   exit 1
 fi
 listen=${LISTEN:-127.0.0.1:50051}
-# On a GPU machine, the selection table shipped for the H200 (a table
-# measured on another device is ignored with a warning).
+# On a GPU machine, the shipped selection tables: the one measured on a
+# device of this model loads (none: a warning, and the heuristic chooses).
 table=()
-if nvidia-smi -L 2>/dev/null | grep -q "H200"; then
-  table=(--tuning_table=deploy/tuning/nvidia-h200.txt)
+if nvidia-smi -L >/dev/null 2>&1; then
+  table=(--tuning_table=deploy/tuning)
 fi
 "$server_bin" --listen="$listen" "${table[@]}" &
 server=$!

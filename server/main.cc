@@ -109,7 +109,8 @@ ABSL_FLAG(std::string, tuning_cache, "",
           "set is ignored with a warning");
 ABSL_FLAG(std::string, tuning_table, "",
           "shipped table of choices measured on a device of this name "
-          "(written by `coalesce tune`), consulted after the cache");
+          "(written by `coalesce tune`), or a folder of them (the one of "
+          "this device loads), consulted after the cache");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: with --tls_key, serve gRPC over TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -101,6 +102,46 @@ TEST(TuningStoreTest, SavesAtomicallyAndLoadsMissingAsEmpty) {
   ASSERT_TRUE(b.Load(path).ok());
   EXPECT_EQ(b.Lookup("k")->winner, "w");
   std::remove(path.c_str());
+}
+
+// A folder of shipped tables: the one written for this device loads, the
+// others (and files not named *.txt) are passed over; a broken file is
+// reported only when no table loads.
+TEST(TuningStoreTest, LoadsTheTableOfItsDeviceFromAFolder) {
+  const std::string dir = TempPath("tables");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(std::filesystem::create_directory(dir));
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(absl::StrCat(dir, "/", name)) << text;
+  };
+  TuningStore h100({"any", "NVIDIA H100|9.0", "v"});
+  h100.Put("k", {"w.h100", 1e-6, {{"w.h100", 1e-6}}});
+  TuningStore h200({"any", "NVIDIA H200|9.0", "v"});
+  h200.Put("k", {"w.h200", 1e-6, {{"w.h200", 1e-6}}});
+  write("nvidia-h100.txt", h100.Serialize());
+  write("nvidia-h200.txt", h200.Serialize());
+  write("nvidia-h200.json", "not a table");
+
+  TuningStore on_h200({"any", "NVIDIA H200|9.0", "v"});
+  ASSERT_TRUE(on_h200.Load(dir).ok());
+  EXPECT_EQ(on_h200.Lookup("k")->winner, "w.h200");
+  TuningStore on_h100({"any", "NVIDIA H100|9.0", "v"});
+  ASSERT_TRUE(on_h100.Load(dir).ok());
+  EXPECT_EQ(on_h100.Lookup("k")->winner, "w.h100");
+
+  TuningStore on_a100({"any", "NVIDIA A100|8.0", "v"});
+  const absl::Status none = on_a100.Load(dir);
+  EXPECT_EQ(none.code(), absl::StatusCode::kFailedPrecondition) << none;
+  EXPECT_TRUE(
+      absl::StrContains(none.message(), "no table there (*.txt, 2 found)"))
+      << none;
+  EXPECT_EQ(on_a100.size(), 0u);
+
+  write("broken.txt", "garbage");
+  TuningStore still({"any", "NVIDIA H200|9.0", "v"});
+  EXPECT_TRUE(still.Load(dir).ok());
+  EXPECT_EQ(on_a100.Load(dir).code(), absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(SelectorTest, HeuristicThenTunedCache) {

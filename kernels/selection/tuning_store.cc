@@ -1,11 +1,14 @@
 #include "kernels/selection/tuning_store.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -126,6 +129,8 @@ absl::Status TuningStore::Parse(absl::string_view text) {
 }
 
 absl::Status TuningStore::Load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return LoadDirectory(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     if (errno == ENOENT) return absl::OkStatus();
@@ -139,6 +144,33 @@ absl::Status TuningStore::Load(const std::string& path) {
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
   return absl::OkStatus();
+}
+
+absl::Status TuningStore::LoadDirectory(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::error_code type_ec;
+    if (e.path().extension() == ".txt" && e.is_regular_file(type_ec)) {
+      files.push_back(e.path().string());
+    }
+  }
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(dir, ": ", ec.message()));
+  }
+  std::sort(files.begin(), files.end());
+  // The first file of this device loads; files of other devices are the
+  // point of a folder, and a broken one is reported only if none loads.
+  absl::Status broken;
+  for (const std::string& f : files) {
+    absl::Status s = Load(f);
+    if (s.ok()) return s;
+    if (!absl::IsFailedPrecondition(s) && broken.ok()) broken = s;
+  }
+  if (!broken.ok()) return broken;
+  return absl::FailedPreconditionError(
+      absl::StrCat(dir, ": no table there (*.txt, ", files.size(),
+                   " found) was measured on '", id_.device, "'"));
 }
 
 absl::Status TuningStore::Save(const std::string& path) const {

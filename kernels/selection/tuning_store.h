@@ -59,12 +59,17 @@ class TuningStore {
   std::string Serialize() const;
   absl::Status Parse(absl::string_view text);
 
-  // A missing file loads as empty. Save writes PATH.tmp and renames it over
-  // PATH, so a reader never sees a half-written file.
+  // A missing file loads as empty. A folder loads the first of its *.txt
+  // files (in name order) written for this identity: one folder of shipped
+  // tables serves every device model; FAILED_PRECONDITION when none is.
+  // Save writes PATH.tmp and renames it over PATH, so a reader never sees a
+  // half-written file.
   absl::Status Load(const std::string& path);
   absl::Status Save(const std::string& path) const;
 
  private:
+  absl::Status LoadDirectory(const std::string& dir);
+
   TuningIdentity id_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const TunedChoice>> entries_
