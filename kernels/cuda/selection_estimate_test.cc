@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -72,6 +74,8 @@ class SelectionEstimate : public ::testing::Test {
     last_from_table_ = c != nullptr;
     return c != nullptr ? c->winner : Chosen(p);
   }
+  // Every key of a shipped table: of device, live, of registered variants.
+  void ExpectLiveEntries(const TuningStore& table, const std::string& device);
   std::unique_ptr<TuningStore> shipped_;
   bool last_from_table_ = false;  // ChosenCold's last answer: the table's
   VariantRegistry registry_;
@@ -240,17 +244,39 @@ TEST_F(SelectionEstimate, Float32GemmsAgreeWithTheShippedTable) {
       << good << " of " << entries.size() << " within 10%";
 }
 
-// The shipped table is live for this build: every entry's key ends with its
-// op's current variant set version (else the server would skip it with a
-// warning) and names only registered variants. Adding, removing or renaming
-// a variant of an op fails here until that op is re-swept (scripts/
-// gpu-check.sh OUT tune) or its entries are taken out of the table.
-TEST_F(SelectionEstimate, ShippedTableMatchesTheRegisteredVariants) {
-  TuningStore table({"any", DeviceKey(H200()), ""});
-  ASSERT_TRUE(table.Load(COALESCE_H200_TABLE).ok()) << COALESCE_H200_TABLE;
+// The shipped tables are live for this build: each loads for the device its
+// header names, every entry's key names that device and ends with its op's
+// current variant set version (else the server would skip it with a
+// warning), and names only registered variants. Adding, removing or
+// renaming a variant of an op fails here until that op is re-swept
+// (scripts/gpu-check.sh OUT tune) or its entries are taken out of the
+// tables.
+TEST_F(SelectionEstimate, ShippedTablesMatchTheRegisteredVariants) {
+  int tables = 0;
+  for (const auto& file :
+       std::filesystem::directory_iterator(COALESCE_TUNING_DIR)) {
+    if (file.path().extension() != ".txt") continue;
+    ++tables;
+    const std::string path = file.path().string();
+    std::ifstream in(path);
+    std::string line, device;
+    while (std::getline(in, line) && device.empty()) {
+      if (absl::StartsWith(line, "device ")) device = line.substr(7);
+    }
+    SCOPED_TRACE(path);
+    TuningStore table({"any", device, ""});
+    ASSERT_TRUE(table.Load(path).ok()) << path;
+    ExpectLiveEntries(table, device);
+  }
+  EXPECT_GE(tables, 2);
+}
+
+void SelectionEstimate::ExpectLiveEntries(const TuningStore& table,
+                                          const std::string& device) {
   const std::vector<std::string> keys = table.Keys();
   EXPECT_GE(keys.size(), 100u);
   for (const std::string& key : keys) {
+    EXPECT_TRUE(absl::StrContains(key, absl::StrCat("|", device, "|"))) << key;
     const std::optional<OpKind> op = OpOfKey(key);
     EXPECT_TRUE(op.has_value()) << key;
     if (op.has_value()) {
