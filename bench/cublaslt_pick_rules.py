@@ -11,6 +11,17 @@ variant takes in float32, scored on timed offers.
 algorithm may serve (K over 128, fewer than 64K outputs, no GEMVs), in
 coalesce-cublaslt-algos' M,N,K,BATCH[,ta][,tb] form.
 
+`table-shapes`: one shape per float32 GEMM entry of a shipped tuning table
+(the middle of its buckets, with its alignment classes and transposes),
+the same form; `moved` then lists, per timed file, the shapes where the
+variant's pick differs from the previous revision's (PREVIOUS_RULE), which
+tells whether a revision leaves the table's float32 entries valid:
+
+  python3 bench/cublaslt_pick_rules.py table-shapes \
+      deploy/tuning/nvidia-h200.txt > entries.txt
+  CUBLASLT_SHAPES=entries.txt scripts/gpu-check.sh OUT cublaslt
+  python3 bench/cublaslt_pick_rules.py moved OUT/cublaslt.txt
+
 `score`: per rule and file, the geometric mean of the rule's pick over the
 fastest offered algorithm, how many shapes it leaves over 1.1x and 1.25x,
 and the worst. A rule says, from K and the heuristic's first offer, whether
@@ -112,12 +123,11 @@ def rules():
             no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
                           NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS,
                           NO_SPLIT_MIN_FIRST_SPLITS), "split")]
-    for fallback in ("split", "workspace"):
-        word = "fewest splits" if fallback == "split" else "least workspace"
-        out.append(("%s; %s" % (wide, word),
-                    no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                                  NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
-                    fallback))
+    out.append(previous_rule())
+    out.append(("%s; fewest splits" % wide,
+                no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                              NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
+                "split"))
     out.append(("%s, or first split >= %d; least workspace" %
                 (wide, NO_SPLIT_MIN_FIRST_SPLITS),
                 no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
@@ -146,6 +156,75 @@ def rules():
     return out
 
 
+def previous_rule():
+    """Revision 2 of the variant: (name, avoids_split, fallback)."""
+    return ("K <= %d, or K <= %d and (waves >= %.1f or K / split < %d); "
+            "least workspace (revision 2)" %
+            (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES,
+             NO_SPLIT_MIN_STEPS),
+            no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                          NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
+            "workspace")
+
+
+def align_class(x):
+    """AlignClass (kernels/selection/selection_key.cc)."""
+    a = 1
+    while a < 16 and x % (2 * a) == 0:
+        a *= 2
+    return a
+
+
+def bucket_value(bucket, align):
+    """A size in Log2Bucket's bucket (2^(b-1), 2^b] of the alignment class,
+    nearest the bucket's geometric middle; None when the bucket has none."""
+    if bucket == 0:
+        return 1 if align == 1 else None
+    middle = 2 ** (bucket - 0.5)
+    fits = [x for x in range(2 ** (bucket - 1) + 1, 2 ** bucket + 1)
+            if align_class(x) == align]
+    return min(fits, key=lambda x: abs(x - middle)) if fits else None
+
+
+def table_shapes(lines):
+    """One coalesce-cublaslt-algos shape per float32 GEMM entry of a tuning
+    table, sorted and without repeats."""
+    out = set()
+    for line in lines:
+        if not line.startswith("entry gemm|float32|"):
+            continue
+        fields = {}
+        for f in line.split("\t")[0].split("|")[2:]:
+            if f[:1] in "bmnkat" and f[1:2].isdigit():
+                fields[f[0]] = f[1:]
+        aligns = [int(a) for a in fields["a"].split(".")]
+        m, n, k = (bucket_value(int(fields[d]), a)
+                   for d, a in zip("mnk", aligns))
+        if None in (m, n, k):
+            continue
+        b = int(fields["b"])
+        batch = 1 if b == 0 else 2 ** (b - 1) + 1
+        ta, tb = fields["t"]
+        out.add("%d,%d,%d,%d%s%s" % (m, n, k, batch, ",ta" if ta == "1" else "",
+                                     ",tb" if tb == "1" else ""))
+    return sorted(out)
+
+
+def moved(shapes):
+    """[(shape, previous pick's us, the variant's pick's us)] where the two
+    revisions pick different offers."""
+    _, rule, fallback = rules()[0]
+    _, before, before_fallback = previous_rule()
+    out = []
+    for shape, offers in shapes.items():
+        k = int(shape.split(",")[2])
+        a = pick(offers, before(k, offers[0]), before_fallback)
+        b = pick(offers, rule(k, offers[0]), fallback)
+        if a is not b:
+            out.append((shape, a["us"], b["us"]))
+    return out
+
+
 def score(shapes, avoids_split, fallback):
     """(geometric mean, over 1.1x, over 1.25x, worst ratio, worst shape)."""
     ratios = []
@@ -161,11 +240,13 @@ def score(shapes, avoids_split, fallback):
 
 
 def main(argv):
-    if len(argv) < 3 or argv[1] not in ("shapes", "score"):
+    if len(argv) < 3 or argv[1] not in ("shapes", "table-shapes", "score",
+                                        "moved"):
         sys.exit(__doc__)
-    if argv[1] == "shapes":
+    if argv[1] in ("shapes", "table-shapes"):
         with open(argv[2]) as f:
-            print("\n".join(split_shapes(f)))
+            print("\n".join(split_shapes(f) if argv[1] == "shapes"
+                            else table_shapes(f)))
         return
     files = []
     for path in argv[2:]:
@@ -174,6 +255,14 @@ def main(argv):
         if not shapes:
             sys.exit("%s: no timed offers" % path)
         files.append((path, shapes))
+    if argv[1] == "moved":
+        for path, shapes in files:
+            changed = moved(shapes)
+            print("%s: %d of %d shapes pick another offer than %s" %
+                  (path, len(changed), len(shapes), previous_rule()[0]))
+            for shape, before, now in changed:
+                print("  %s: %.2f -> %.2f us" % (shape, before, now))
+        return
     print("| rule | " + " | ".join("%s (%d shapes)" % (p, len(s))
                                   for p, s in files) + " |")
     print("|---|" + "---|" * len(files))

@@ -115,8 +115,39 @@ class PickRulesTest(unittest.TestCase):
         self.assertAlmostEqual(never[0], 3.0 ** 0.5)
         self.assertEqual(never[3:], (3.0, "4755,2,137"))
 
+    def test_table_shapes_take_each_entrys_buckets_and_alignment(self):
+        v = "|NVIDIA H200|9.0|vb25d6121\tw\t1e-06\tw=1e-06\n"
+        lines = [
+            "device NVIDIA H200|9.0\n",
+            # m bucket 4 (9-16) of alignment 4: 12; n bucket 8 (129-256) of
+            # alignment 16: 176 (nearest 181); k bucket 9 of alignment 16:
+            # 368 (nearest 362).
+            "entry gemm|float32|b0|m4|n8|k9|a4.16.16|t11" + v,
+            "entry gemm|float32|b6|m0|n2|k13|a1.4.16|t01" + v,
+            "entry gemm|float32|b0|m4|n8|k9|a4.16.16|t11" + v,  # a repeat
+            "entry gemm|bfloat16|b0|m4|n8|k9|a4.16.16|t00" + v,
+            "entry transpose|float32|b0|r4|c4|a16.16" + v,
+        ]
+        self.assertEqual(rules.table_shapes(lines),
+                         ["1,4,5792,33,tb", "12,176,368,1,ta,tb"])
+        for shape in rules.table_shapes(lines):
+            m, n, k = map(int, shape.split(",")[:3])
+            self.assertEqual(rules.align_class(k), 16)
+        self.assertIsNone(rules.bucket_value(1, 1))  # bucket 1 holds only 2
+
+    def test_moved_lists_the_shapes_whose_pick_changed(self):
+        shapes = {
+            # All split: the least workspace before, the fewest splits now.
+            "16,192,512": [offer(264, 4326599, 55.7, 0.31),
+                           offer(33, 196608, 7.7), offer(264, 48, 110.5)],
+            # Unsplit second offer: both revisions take it.
+            "64,64,100": [offer(4, 900, 5.0), offer(1, 0, 10.0)],
+        }
+        self.assertEqual(rules.moved(shapes), [("16,192,512", 110.5, 7.7)])
+
     def test_every_rule_names_itself(self):
         names = [name for name, _, _ in rules.rules()]
+        self.assertIn(rules.previous_rule()[0], names)
         self.assertEqual(len(names), len(set(names)))
         self.assertTrue(re.match(
             r"K <= 128, or K <= 512 and \(waves >= 0.2 or K / split < 2\), "
