@@ -123,7 +123,7 @@ void AddProcessMetrics(Registry* registry) {
                                   "Total user and system CPU time spent in "
                                   "seconds.")
                      .Add({});
-  registry->AddCollectHook([&, last_cpu = 0.0]() mutable {
+  registry->AddCollectHook([&] {
     const ProcessStats s = ReadProcessStats();
     if (s.resident_bytes >= 0) resident.Set(s.resident_bytes);
     if (s.virtual_bytes >= 0) virtual_memory.Set(s.virtual_bytes);
@@ -131,11 +131,7 @@ void AddProcessMetrics(Registry* registry) {
     if (s.max_fds >= 0) max_fds.Set(s.max_fds);
     if (s.threads >= 0) threads.Set(s.threads);
     if (s.start_time_seconds >= 0) start_time.Set(s.start_time_seconds);
-    // A counter only rises: add what was spent since the last collection.
-    if (s.cpu_seconds > last_cpu) {
-      cpu.Increment(s.cpu_seconds - last_cpu);
-      last_cpu = s.cpu_seconds;
-    }
+    RaiseTo(cpu, s.cpu_seconds);
   });
 }
 

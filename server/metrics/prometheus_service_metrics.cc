@@ -292,17 +292,13 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       if (!stats.has_value()) continue;
       const Labels label = {{"variant", std::string(v->name())}};
       capacity.Add(label).Set(static_cast<double>(stats->capacity));
-      registry->AddCollectHook([v, &gauge = plans.Add(label),
-                                &counter = evictions.Add(label),
-                                counted = std::make_shared<uint64_t>(0)] {
-        const std::optional<PlanCacheStats> now = v->plan_cache();
-        if (!now.has_value()) return;
-        gauge.Set(static_cast<double>(now->plans));
-        if (now->evictions > *counted) {
-          counter.Increment(static_cast<double>(now->evictions - *counted));
-          *counted = now->evictions;
-        }
-      });
+      registry->AddCollectHook(
+          [v, &gauge = plans.Add(label), &counter = evictions.Add(label)] {
+            const std::optional<PlanCacheStats> now = v->plan_cache();
+            if (!now.has_value()) return;
+            gauge.Set(static_cast<double>(now->plans));
+            RaiseTo(counter, static_cast<double>(now->evictions));
+          });
     }
   }
   num_kernel_series_ =

@@ -32,6 +32,11 @@ std::vector<prometheus::MetricFamily> Registry::Collect() const {
   return families_.Collect();
 }
 
+void RaiseTo(Counter& c, double total) {
+  const double now = c.Value();
+  if (total > now) c.Increment(total - now);
+}
+
 std::string Registry::Serialize() const {
   return prometheus::TextSerializer().Serialize(Collect());
 }

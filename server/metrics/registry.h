@@ -62,4 +62,9 @@ class Registry final : public prometheus::Collectable {
   prometheus::Registry families_;
 };
 
+// Raises c to total, a running total kept elsewhere (CPU seconds, a cache's
+// evictions) and read in a collect hook: a counter only rises, so a total
+// at or below c's value leaves it. c must have no other writer.
+void RaiseTo(Counter& c, double total);
+
 }  // namespace coalesce::metrics

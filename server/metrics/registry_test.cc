@@ -25,6 +25,19 @@ TEST(RegistryTest, HooksRefreshGaugesBeforeEveryCollection) {
   EXPECT_THAT(registry.Serialize(), HasSubstr("\ntest_sampled 2\n"));
 }
 
+TEST(RegistryTest, RaiseToFollowsARunningTotalAndNeverFalls) {
+  Registry registry;
+  Counter& c = registry.AddCounter("test_total", "Total.").Add({});
+  RaiseTo(c, 2.5);
+  EXPECT_DOUBLE_EQ(c.Value(), 2.5);
+  RaiseTo(c, 2.5);
+  EXPECT_DOUBLE_EQ(c.Value(), 2.5);
+  RaiseTo(c, 1.0);  // a total that fell (a reset elsewhere) is not followed
+  EXPECT_DOUBLE_EQ(c.Value(), 2.5);
+  RaiseTo(c, 7.0);
+  EXPECT_DOUBLE_EQ(c.Value(), 7.0);
+}
+
 TEST(RegistryTest, FamiliesWithoutChildrenAreLeftOut) {
   Registry registry;
   registry.AddCounter("test_unused_total", "No children.");
