@@ -14,7 +14,7 @@ coalesce-cublaslt-algos' M,N,K,BATCH[,ta][,tb] form.
 `table-shapes`: one shape per float32 GEMM entry of a shipped tuning table
 (the middle of its buckets, with its alignment classes and transposes),
 the same form; `moved` then lists, per timed file, the shapes where the
-variant's pick differs from the previous revision's (PREVIOUS_RULE), which
+variant's pick differs from the previous revision's (previous_rule), which
 tells whether a revision leaves the table's float32 entries valid:
 
   python3 bench/cublaslt_pick_rules.py table-shapes \
@@ -98,18 +98,28 @@ def pick(offers, avoid_split, fallback="split"):
 
 
 def no_split_rule(max_k, wide_max_k=0, min_waves=math.inf, min_steps=0,
-                  min_first_splits=math.inf):
+                  min_first_splits=math.inf, steps_max_k=None):
     """avoids_split(k, first_offer): always with K <= max_k or where the
     first offer splits K min_first_splits ways or more; with K <=
-    wide_max_k where the first offer fills min_waves or splits K into parts
-    of under min_steps steps (LtAvoidsSplitK's form)."""
+    wide_max_k where the first offer fills min_waves; with K <= steps_max_k
+    (default wide_max_k) where it splits K into parts of under min_steps
+    steps (LtAvoidsSplitK's form)."""
+    if steps_max_k is None:
+        steps_max_k = wide_max_k
+
     def avoids_split(k, first):
         if k <= max_k or first["split"] >= min_first_splits:
             return True
-        return k <= wide_max_k and (
-            first["waves"] >= min_waves or
-            (first["split"] > 1 and k < min_steps * first["split"]))
+        return ((k <= wide_max_k and first["waves"] >= min_waves) or
+                (k <= steps_max_k and first["split"] > 1 and
+                 k < min_steps * first["split"]))
     return avoids_split
+
+
+def wide_rule(**extra):
+    """no_split_rule with revision 2's bounds, and extra's clauses."""
+    return no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                         NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS, **extra)
 
 
 def rules():
@@ -120,36 +130,25 @@ def rules():
              NO_SPLIT_MIN_STEPS))
     out = [("%s, or first split >= %d; fewest splits (the variant)" %
             (wide, NO_SPLIT_MIN_FIRST_SPLITS),
-            no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                          NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS,
-                          NO_SPLIT_MIN_FIRST_SPLITS), "split")]
+            wide_rule(min_first_splits=NO_SPLIT_MIN_FIRST_SPLITS), "split")]
     out.append(previous_rule())
-    out.append(("%s; fewest splits" % wide,
-                no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                              NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
-                "split"))
+    out.append(("%s; fewest splits" % wide, wide_rule(), "split"))
     out.append(("%s, or first split >= %d; least workspace" %
                 (wide, NO_SPLIT_MIN_FIRST_SPLITS),
-                no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                              NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS,
-                              NO_SPLIT_MIN_FIRST_SPLITS), "workspace"))
+                wide_rule(min_first_splits=NO_SPLIT_MIN_FIRST_SPLITS),
+                "workspace"))
     for splits in (128, 200):
         out.append(("%s, or first split >= %d; fewest splits" %
-                    (wide, splits),
-                    no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                                  NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS,
-                                  splits), "split"))
+                    (wide, splits), wide_rule(min_first_splits=splits),
+                    "split"))
     for steps in (4, 8):
         out.append(("K <= %d, or K <= %d and waves >= %.1f, or K / split < "
                     "%d; fewest splits" %
                     (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES,
                      steps),
-                    lambda k, first, steps=steps: (
-                        k <= NO_SPLIT_MAX_K or
-                        (k <= WIDE_NO_SPLIT_MAX_K and
-                         first["waves"] >= NO_SPLIT_MIN_WAVES) or
-                        (first["split"] > 1 and k < steps * first["split"])),
-                    "split"))
+                    no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
+                                  NO_SPLIT_MIN_WAVES, steps,
+                                  steps_max_k=math.inf), "split"))
     for bound in (NO_SPLIT_MAX_K, 256, 512, 1024):
         out.append(("K <= %d; fewest splits" % bound, no_split_rule(bound),
                     "split"))
@@ -161,10 +160,7 @@ def previous_rule():
     return ("K <= %d, or K <= %d and (waves >= %.1f or K / split < %d); "
             "least workspace (revision 2)" %
             (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES,
-             NO_SPLIT_MIN_STEPS),
-            no_split_rule(NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K,
-                          NO_SPLIT_MIN_WAVES, NO_SPLIT_MIN_STEPS),
-            "workspace")
+             NO_SPLIT_MIN_STEPS), wide_rule(), "workspace")
 
 
 def align_class(x):
