@@ -74,8 +74,12 @@
 #             mean stage times (bench/request_profile.py stages); with
 #             Nsight Systems present, the 64 KiB inline case again under
 #             nsys (CUDA API and OS runtime summaries, latency-nsys-*;
-#             LATENCY_SKIP_NSYS=1 leaves it out); LATENCY_FLAG_SETS: server
-#             flag sets separated by ';', a round each (files lat-*-FLAGS)
+#             LATENCY_SKIP_NSYS=1 leaves it out; LATENCY_NSYS_CASES:
+#             TRANSPORT:BYTES words to trace instead, e.g. "pipeline:65536";
+#             LATENCY_KEEP_SQLITE=1 keeps each trace's database, xz'd);
+#             LATENCY_FLAG_SETS: server flag sets separated by ';', a round
+#             each (files lat-*-FLAGS); LATENCY_TRANSPORTS and
+#             LATENCY_BYTES: the rounds' cases (LATENCY_BYTES="": none)
 #   busy      coalesce_device_busy_ratio against Nsight Systems: a server
 #             under nsys, 16 MiB transposes on handles at concurrency 64
 #             64 KiB ones pipelined at 64 and GELU-LN [16,1024] pipelined
@@ -111,7 +115,9 @@
 #             (default "8 9"; TUNE_COLD_SEED=S alone means "S"), phases
 #             "cold" (the first seed) and "cold-SEED" (the others); tuned,
 #             the first score seed again with its own table loaded
-#             (TUNE_TUNED=0 leaves it out). TUNE_OPS limits the ops,
+#             (TUNE_TUNED=0 leaves it out); TUNE_TABLE=PATH scores that
+#             table (file or folder, e.g. deploy/tuning) with no fit
+#             phase. TUNE_OPS limits the ops,
 #             TUNE_DTYPES lists the dtypes (default float32), TUNE_CLASSES
 #             the shape classes (`coalesce tune --shape_class`): "all", or
 #             OP=C1,C2 words for the ops to widen (default: each op's
@@ -296,15 +302,25 @@ if has tune; then
       done
     done
   done
-  phases=$((1 + ${#score_seeds[@]} + (${TUNE_TUNED:-1} != 0)))
-  echo "tune: $phases phases of ${#runs[@]} runs of $shapes shapes" \
-    "(fit seed $fit_seed, score seeds ${score_seeds[*]})"
+  # TUNE_TABLE: score that table (a file, or a folder such as deploy/tuning,
+  # where the server loads the one measured on this GPU) instead of
+  # fitting one first.
+  fit_phases=1
+  [ -z "${TUNE_TABLE:-}" ] || fit_phases=0
+  phases=$((fit_phases + ${#score_seeds[@]} + (${TUNE_TUNED:-1} != 0)))
+  if [ -n "${TUNE_TABLE:-}" ]; then
+    echo "tune: $phases phases of ${#runs[@]} runs of $shapes shapes" \
+      "(table $TUNE_TABLE, score seeds ${score_seeds[*]})"
+  else
+    echo "tune: $phases phases of ${#runs[@]} runs of $shapes shapes" \
+      "(fit seed $fit_seed, score seeds ${score_seeds[*]})"
+  fi
   t_tune=$SECONDS phase=0 fit_s=''
   sweep() {  # $1: phase name, $2: shape seed; writes table-$1.txt
     local t0=$SECONDS first='' run op cls dt tag n=0 max estimate
     phase=$((phase + 1))
     if [ -n "$fit_s" ]; then
-      estimate="estimate $fit_s s, as the fit phase took"
+      estimate="estimate $fit_s s, as the first phase took"
     else
       estimate="no estimate before the first phase"
     fi
@@ -339,17 +355,23 @@ if has tune; then
   }
   # 1. The heuristic alone, over the fit shapes: their table is the one
   #    shipped (deploy/tuning/).
-  serve --autotune=off
-  sweep heuristic "$fit_seed"
-  fit_s=$((SECONDS - t_tune))
+  if [ -n "${TUNE_TABLE:-}" ]; then
+    table=$TUNE_TABLE
+  else
+    serve --autotune=off
+    sweep heuristic "$fit_seed"
+    fit_s=$((SECONDS - t_tune))
+    table=$out/table-heuristic.txt
+  fi
   # 2. Cold, per score seed: that table plus the heuristic, over shapes it
   #    was not fitted on.
   score_files=()
   for seed in "${score_seeds[@]}"; do
     name=cold
     [ "$seed" = "${score_seeds[0]}" ] || name=cold-$seed
-    serve --autotune=off --tuning_table="$out/table-heuristic.txt"
+    serve --autotune=off --tuning_table="$table"
     sweep "$name" "$seed"
+    [ -n "$fit_s" ] || fit_s=$((SECONDS - t_tune))
     for run in "${runs[@]}"; do
       f="$out/shapes-$name-${run##* }.tsv"
       [ -f "$f" ] && score_files+=("$f")
@@ -538,10 +560,16 @@ EOF
   done
   server_flags=() server_suffix= server_bin=
 fi
-nsys_bin=
+nsys_bin= nsys_flush=()
 if has latency || has busy; then
   nsys_bin=$(find_nsys)
   echo "Nsight Systems: ${nsys_bin:-not found}"
+  # The server ends with _Exit, which skips the exit handlers that save
+  # buffered CUDA trace data: have it saved as the run goes instead.
+  if [ -n "$nsys_bin" ] &&
+    "$nsys_bin" profile --help 2>/dev/null | grep -q -- --cuda-flush-interval; then
+    nsys_flush=(--cuda-flush-interval=100)
+  fi
   find /opt/nvidia /usr/local -name 'QdstrmImporter*' 2>/dev/null | head -n 2
 fi
 if has latency; then
@@ -555,8 +583,8 @@ if has latency; then
   server_flags=($flags)
   sfx=${flags:+-$(tr -c 'A-Za-z0-9=_\n' '-' <<<"${flags// /}" | tr -d '\n')}
   [ -z "$flags" ] || echo "-- server flags: $flags"
-  for bytes in 1024 65536; do
-    for tr in inline handle pipeline; do
+  for bytes in ${LATENCY_BYTES-1024 65536}; do
+    for tr in ${LATENCY_TRANSPORTS:-inline handle pipeline}; do
       name=lat-$tr-$bytes$sfx
       serve_profiled
       "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
@@ -572,21 +600,33 @@ if has latency; then
   done
   server_flags=()
   if [ -n "$nsys_bin" ] && [ -z "${LATENCY_SKIP_NSYS:-}" ]; then
-    serve_profiled "$nsys_bin" profile -t cuda,osrt --sample=none \
-      --cpuctxsw=none -o "$out/latency-nsys" --force-overwrite true
-    "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
-      --op=transpose --transport=inline --bytes=65536 --concurrency=1 \
-      --duration_s=2 --warmup_s=0.5 2>/dev/null |
-      tee "$out/latency-nsys.txt"
-    stop_profiled
-    nsys_report "$out/latency-nsys"
-    "$nsys_bin" stats -q -r cuda_api_sum,osrt_sum -f csv \
-      -o "$out/latency-nsys" "$out/latency-nsys.nsys-rep" >/dev/null 2>&1
-    "$nsys_bin" stats -q -r cuda_api_trace -f csv \
-      -o "$out/latency-nsys" "$out/latency-nsys.nsys-rep" >/dev/null 2>&1
-    gzip -f "$out"/latency-nsys_cuda_api_trace.csv 2>/dev/null
-    rm -f "$out/latency-nsys.sqlite"
-    [ -n "${KEEP_NSYS_REP:-}" ] || rm -f "$out/latency-nsys.nsys-rep"
+    for case in ${LATENCY_NSYS_CASES:-inline:65536}; do
+      tr=${case%%:*} bytes=${case#*:}
+      name=latency-nsys
+      [ "$case" = inline:65536 ] || name=latency-nsys-$tr-$bytes
+      serve_profiled "$nsys_bin" profile -t cuda,osrt --sample=none \
+        ${nsys_flush[@]+"${nsys_flush[@]}"} \
+        --cpuctxsw=none -o "$out/$name" --force-overwrite true
+      "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
+        --op=transpose --transport="$tr" --bytes="$bytes" --concurrency=1 \
+        --duration_s=2 --warmup_s=0.5 2>/dev/null |
+        tee "$out/$name.txt"
+      stop_profiled
+      nsys_report "$out/$name"
+      "$nsys_bin" stats -q -r cuda_api_sum,osrt_sum -f csv \
+        -o "$out/$name" "$out/$name.nsys-rep" >/dev/null 2>&1
+      "$nsys_bin" stats -q -r cuda_api_trace -f csv \
+        -o "$out/$name" "$out/$name.nsys-rep" >/dev/null 2>&1
+      gzip -f "$out/${name}_cuda_api_trace.csv" 2>/dev/null
+      # The whole trace (OS runtime calls with their threads), for a
+      # request's timeline: LATENCY_KEEP_SQLITE=1.
+      if [ -n "${LATENCY_KEEP_SQLITE:-}" ]; then
+        xz -f -T0 "$out/$name.sqlite" 2>/dev/null
+      else
+        rm -f "$out/$name.sqlite"
+      fi
+      [ -n "${KEEP_NSYS_REP:-}" ] || rm -f "$out/$name.nsys-rep"
+    done
   fi
 fi
 if has busy; then
@@ -596,6 +636,7 @@ if has busy; then
   while read -r name tr bytes conc shape op; do
     wrap=()
     [ -z "$nsys_bin" ] || wrap=("$nsys_bin" profile -t cuda --sample=none \
+      ${nsys_flush[@]+"${nsys_flush[@]}"} \
       --cpuctxsw=none -o "$out/busy-$name" --force-overwrite true)
     serve_profiled ${wrap[@]+"${wrap[@]}"}
     nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
