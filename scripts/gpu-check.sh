@@ -560,16 +560,10 @@ EOF
   done
   server_flags=() server_suffix= server_bin=
 fi
-nsys_bin= nsys_flush=()
+nsys_bin=
 if has latency || has busy; then
   nsys_bin=$(find_nsys)
   echo "Nsight Systems: ${nsys_bin:-not found}"
-  # The server ends with _Exit, which skips the exit handlers that save
-  # buffered CUDA trace data: have it saved as the run goes instead.
-  if [ -n "$nsys_bin" ] &&
-    "$nsys_bin" profile --help 2>/dev/null | grep -q -- --cuda-flush-interval; then
-    nsys_flush=(--cuda-flush-interval=100)
-  fi
   find /opt/nvidia /usr/local -name 'QdstrmImporter*' 2>/dev/null | head -n 2
 fi
 if has latency; then
@@ -605,7 +599,6 @@ if has latency; then
       name=latency-nsys
       [ "$case" = inline:65536 ] || name=latency-nsys-$tr-$bytes
       serve_profiled "$nsys_bin" profile -t cuda,osrt --sample=none \
-        ${nsys_flush[@]+"${nsys_flush[@]}"} \
         --cpuctxsw=none -o "$out/$name" --force-overwrite true
       "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
         --op=transpose --transport="$tr" --bytes="$bytes" --concurrency=1 \
@@ -636,7 +629,6 @@ if has busy; then
   while read -r name tr bytes conc shape op; do
     wrap=()
     [ -z "$nsys_bin" ] || wrap=("$nsys_bin" profile -t cuda --sample=none \
-      ${nsys_flush[@]+"${nsys_flush[@]}"} \
       --cpuctxsw=none -o "$out/busy-$name" --force-overwrite true)
     serve_profiled ${wrap[@]+"${wrap[@]}"}
     nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \

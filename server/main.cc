@@ -758,12 +758,14 @@ int Main(int argc, char** argv) {
   // A handler that does not notice its cancellation (a kernel or a library
   // call that cannot be interrupted) must not hold the process: half a
   // second after the grace the process ends whatever is still running.
-  std::thread([grace, &access_log] {
+  Backend* backend = choice->backend.get();
+  std::thread([grace, &access_log, backend] {
     std::this_thread::sleep_for(grace + std::chrono::milliseconds(500));
     spdlog::warn("calls still running {} ms after the signal; exiting",
                  (grace + std::chrono::milliseconds(500)).count());
     if (access_log != nullptr) access_log->Close();
     spdlog::shutdown();
+    backend->FlushProfilerData();
     std::_Exit(0);
   }).detach();
   // The device queue stops admitting (UNAVAILABLE) and lets what waits
@@ -777,13 +779,15 @@ int Main(int argc, char** argv) {
   drain.join();
   // Scrapes keep serving its last reading.
   for (const auto& poller : device_activity) poller->Stop();
-  // Nothing left to flush: the tuning cache is written whole on each tuning
-  // and the rest is memory. Ending here keeps teardown (civetweb's stop
-  // alone waits out a 2 s poll) out of the exit time.
+  // Nothing of ours left to flush (the tuning cache is written whole on each
+  // tuning, the rest is memory), only an attached profiler's buffers.
+  // Ending here keeps teardown (civetweb's stop alone waits out a 2 s poll)
+  // out of the exit time.
   spdlog::info("drained; exiting");
   if (access_log != nullptr) access_log->Close();
   spdlog::shutdown();
   std::fflush(stdout);
+  backend->FlushProfilerData();
   std::_Exit(0);
 }
 

@@ -301,6 +301,11 @@ class Backend {
   // start-up, before any Execute: not while launches run. A no-op where
   // sampling is off.
   virtual void DisableProfileSampling() {}
+  // Hands what an attached profiler (Nsight Systems) has buffered to it,
+  // for a process about to end without its exit handlers (the server's
+  // _Exit), which would otherwise drop the trace of its device calls. A
+  // no-op where no profiler is attached and on backends without one.
+  virtual void FlushProfilerData() {}
   // A reader of device `device`'s (an index below device_count()) whole
   // SM occupancy and DRAM throughput over intervals (DeviceActivityReader),
   // from counters that other profilers do not lock (NVML GPM on the CUDA

@@ -513,4 +513,8 @@ void DeviceGroup::DisableProfileSampling() {
   }
 }
 
+void DeviceGroup::FlushProfilerData() {
+  for (const std::unique_ptr<Backend>& m : members_) m->FlushProfilerData();
+}
+
 }  // namespace coalesce

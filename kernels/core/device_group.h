@@ -97,6 +97,7 @@ class DeviceGroup final : public Backend {
   // disabled again and the error names the member.
   absl::StatusOr<int64_t> EnableProfileSampling(double fraction) override;
   void DisableProfileSampling() override;
+  void FlushProfilerData() override;
 
   int DeviceOfResident(const void* p) const override;
   // Estimated seconds of the runs in flight on member i.

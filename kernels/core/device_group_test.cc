@@ -85,8 +85,10 @@ class TestDevice final : public Backend {
     return 4;
   }
   void DisableProfileSampling() override { sampling = false; }
+  void FlushProfilerData() override { ++profiler_flushes; }
 
   std::atomic<bool> sampling{false};
+  std::atomic<int> profiler_flushes{0};
   std::atomic<bool> sampling_refused{false};
   std::atomic<bool> failed{false};
   std::atomic<bool> out_of_memory{false};
@@ -419,6 +421,13 @@ TEST(DeviceGroup, ProfileSamplingOnEveryMemberOrNone) {
   for (TestDevice* d : g.devices) EXPECT_TRUE(d->sampling);
   g.group->DisableProfileSampling();
   for (TestDevice* d : g.devices) EXPECT_FALSE(d->sampling);
+}
+
+// Before the server's _Exit: every member hands over its profiler's data.
+TEST(DeviceGroup, ProfilerDataFlushedOnEveryMember) {
+  Group g = MakeGroup(3);
+  g.group->FlushProfilerData();
+  for (TestDevice* d : g.devices) EXPECT_EQ(d->profiler_flushes, 1);
 }
 
 TEST(DeviceGroup, AFailedDeviceIsLeftOutAndNamed) {

@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -238,6 +239,11 @@ class CudaBackend final : public Backend {
   void DisableProfileSampling() override {
     cudaSetDevice(device_.ordinal);
     sampling_.Disable();
+  }
+  // Nsight Systems saves its buffered CUDA trace on cudaProfilerStop.
+  void FlushProfilerData() override {
+    cudaSetDevice(device_.ordinal);
+    cudaProfilerStop();
   }
 
   // NVML GPM of this GPU, found by its UUID; DRAM_BW_UTIL is scaled by the
