@@ -15,10 +15,26 @@
       union of their intervals over wall time (the fraction of time at
       least one ran). The launch gate's polling kernel is left out: it
       spans the host's launch calls, not work.
+
+  request_profile.py timeline NSYS_SQLITE
+      A lone request's path through the server's threads, from an Nsight
+      Systems trace exported to SQLite (`-t cuda,osrt`; gpu-check.sh
+      latency with LATENCY_KEEP_SQLITE=1 keeps it): medians over the
+      responses a scheduler thread sent, of the time from the request's
+      recvmsg on gRPC's thread to the scheduler thread waking (and of the
+      wake itself: the last short futex call on another thread before it),
+      from the wake to the response's sendmsg, and of the sendmsg; with
+      the CUDA trace, each CUDA call of the requests' usual sequence, the
+      span from its first call to its last, and from the last to sendmsg.
+      Scheduler threads are those whose waits are in Scheduler::WorkerLoop.
 """
 import argparse
+import bisect
+import collections
 import csv
 import re
+import sqlite3
+import statistics
 import sys
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$')
@@ -113,6 +129,102 @@ def busy(args):
               f'{100 * (args.server_busy - total / wall):+.1f} against the sum')
 
 
+# A futex wait longer than this is a thread asleep, a shorter one a wake.
+SLEEP_NS = 20_000
+# CUDA calls of one request: on one thread, no gap longer than this.
+CUDA_GAP_NS = 40_000
+
+
+def timeline(args):
+    db = sqlite3.connect(args.sqlite)
+    names = dict(db.execute('SELECT id, value FROM StringIds'))
+    worker_chains = {cid for (cid,) in db.execute(
+        'SELECT DISTINCT id FROM OSRT_CALLCHAINS WHERE symbol IN '
+        '(SELECT id FROM StringIds WHERE value LIKE ?)',
+        ('%Scheduler::WorkerLoop%',))}
+    calls = [(s, e, tid, names[n], chain) for s, e, tid, n, chain in db.execute(
+        'SELECT start, end, globalTid, nameId, callchainId FROM OSRT_API '
+        'ORDER BY start')]
+    waits = [c for c in calls
+             if c[4] in worker_chains and c[1] - c[0] > SLEEP_NS]
+    workers = {c[2] for c in waits}
+    if not waits:
+        sys.exit(f'{args.sqlite}: no scheduler thread waits (OS runtime trace)')
+    sends = [c for c in calls if c[3] == 'sendmsg' and c[2] in workers]
+    recvs = [c for c in calls if c[3] == 'recvmsg' and c[2] not in workers]
+    kicks = [c for c in calls if c[3] == 'futex' and c[2] not in workers and
+             c[1] - c[0] <= SLEEP_NS]
+    wait_ends = collections.defaultdict(list)
+    for c in waits:
+        wait_ends[c[2]].append(c[1])
+    recv_ends = sorted(c[1] for c in recvs)
+    kick_starts = [c[0] for c in kicks]
+    to_wake, wake, to_send, send = [], [], [], []
+    for s, e, tid, _, _ in sends:
+        ends = wait_ends[tid]
+        i = bisect.bisect_right(ends, s) - 1
+        if i < 0:
+            continue
+        woke = ends[i]
+        to_send.append(s - woke)
+        send.append(e - s)
+        j = bisect.bisect_right(recv_ends, woke) - 1
+        if j >= 0:
+            to_wake.append(woke - recv_ends[j])
+        k = bisect.bisect_right(kick_starts, woke) - 1
+        if k >= 0:
+            wake.append(woke - kick_starts[k])
+
+    def us(values):
+        return f'{statistics.median(values) / 1e3:.1f} us'
+
+    print(f'{len(sends)} responses sent by scheduler threads; medians:')
+    if to_wake:
+        print(f'  recvmsg end -> scheduler thread awake  {us(to_wake)} '
+              f'(the wake: {us(wake)})')
+    print(f'  awake -> sendmsg                       {us(to_send)}')
+    print(f'  sendmsg                                {us(send)}')
+    tables = {t for (t,) in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if 'CUPTI_ACTIVITY_KIND_RUNTIME' not in tables:
+        print('  no CUDA trace')
+        return
+    cuda = [(s, e, tid, names[n].split('_v')[0]) for s, e, tid, n in db.execute(
+        'SELECT start, end, globalTid, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME '
+        'ORDER BY start') if tid in workers]
+    cuda = [c for c in cuda if not c[3].startswith('cuKernelGetName')]
+    runs, run = [], []
+    for c in cuda:
+        if run and (c[2] != run[-1][2] or c[0] - run[-1][1] > CUDA_GAP_NS):
+            runs.append(run)
+            run = []
+        run.append(c)
+    if run:
+        runs.append(run)
+    if not runs:
+        print('  no CUDA calls on scheduler threads')
+        return
+    usual = collections.Counter(tuple(c[3] for c in r) for r in runs)
+    sequence, count = usual.most_common(1)[0]
+    mine = [r for r in runs if tuple(c[3] for c in r) == sequence]
+    print(f'  CUDA calls, {count} of {len(runs)} requests in this order:')
+    for i, name in enumerate(sequence):
+        print(f'    {name:36s} {us([r[i][1] - r[i][0] for r in mine])}')
+    print(f'    first call to the last one\'s end   '
+          f'{us([r[-1][1] - r[0][0] for r in mine])}')
+    send_starts = collections.defaultdict(list)
+    for s, _, tid, _, _ in sends:
+        send_starts[tid].append(s)
+    after = []
+    for r in mine:
+        starts = send_starts[r[-1][2]]
+        i = bisect.bisect_left(starts, r[-1][1])
+        if i < len(starts):
+            after.append(starts[i] - r[-1][1])
+    if after:
+        print(f'  last CUDA call\'s end -> sendmsg        {us(after)}')
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -125,8 +237,10 @@ def main():
     b.add_argument('csv')
     b.add_argument('--window', type=float, required=True)
     b.add_argument('--server_busy', type=float)
+    t = sub.add_parser('timeline')
+    t.add_argument('sqlite')
     args = p.parse_args()
-    {'stages': stages, 'busy': busy}[args.cmd](args)
+    {'stages': stages, 'busy': busy, 'timeline': timeline}[args.cmd](args)
 
 
 if __name__ == '__main__':

@@ -76,7 +76,9 @@
 #             nsys (CUDA API and OS runtime summaries, latency-nsys-*;
 #             LATENCY_SKIP_NSYS=1 leaves it out; LATENCY_NSYS_CASES:
 #             TRANSPORT:BYTES words to trace instead, e.g. "pipeline:65536";
-#             LATENCY_KEEP_SQLITE=1 keeps each trace's database, xz'd);
+#             each trace's request timeline: latency-nsys*-timeline.txt,
+#             bench/request_profile.py timeline; LATENCY_KEEP_SQLITE=1
+#             keeps each trace's database, xz'd);
 #             LATENCY_FLAG_SETS: server flag sets separated by ';', a round
 #             each (files lat-*-FLAGS); LATENCY_TRANSPORTS and
 #             LATENCY_BYTES: the rounds' cases (LATENCY_BYTES="": none)
@@ -611,8 +613,11 @@ if has latency; then
       "$nsys_bin" stats -q -r cuda_api_trace -f csv \
         -o "$out/$name" "$out/$name.nsys-rep" >/dev/null 2>&1
       gzip -f "$out/${name}_cuda_api_trace.csv" 2>/dev/null
-      # The whole trace (OS runtime calls with their threads), for a
-      # request's timeline: LATENCY_KEEP_SQLITE=1.
+      [ -f "$out/$name.sqlite" ] &&
+        python3 bench/request_profile.py timeline "$out/$name.sqlite" |
+        tee "$out/$name-timeline.txt"
+      # The whole trace (OS runtime calls with their threads and stacks):
+      # LATENCY_KEEP_SQLITE=1.
       if [ -n "${LATENCY_KEEP_SQLITE:-}" ]; then
         xz -f -T0 "$out/$name.sqlite" 2>/dev/null
       else

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Tests of request_profile.py timeline on an Nsight Systems SQLite export
+written here: three requests, each received on gRPC's thread, handed to a
+scheduler thread that launches, waits and answers, with and without the
+CUDA trace. The times are chosen so that every median is known."""
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "request_profile.py")
+GRPC, WORKER = 1, 2
+STRINGS = {1: "futex", 2: "recvmsg", 3: "sendmsg",
+           4: "coalesce::Scheduler::WorkerLoop()", 5: "gpr_cv_wait",
+           6: "cudaLaunchKernel_v7000", 7: "cudaEventSynchronize_v3020",
+           8: "cuKernelGetName"}
+WORKER_WAIT, GRPC_WAIT, NO_CHAIN = 10, 11, 0
+
+
+def write_trace(path, cuda):
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+    db.executemany("INSERT INTO StringIds VALUES (?, ?)", STRINGS.items())
+    db.execute("CREATE TABLE OSRT_CALLCHAINS (id INTEGER, symbol INTEGER, "
+               "stackDepth INTEGER)")
+    db.executemany("INSERT INTO OSRT_CALLCHAINS VALUES (?, ?, ?)",
+                   [(WORKER_WAIT, 4, 1), (GRPC_WAIT, 5, 1)])
+    db.execute("CREATE TABLE OSRT_API (start INTEGER, end INTEGER, "
+               "globalTid INTEGER, nameId INTEGER, callchainId INTEGER)")
+    db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, "
+                "end INTEGER, globalTid INTEGER, nameId INTEGER)")
+    os_calls, cuda_calls = [], []
+    for r in range(3):
+        t = (r + 1) * 1_000_000
+        # gRPC's thread: the request arrives, a short futex wakes the
+        # worker, then it sleeps.
+        os_calls += [(t, t + 5_000, GRPC, 2, NO_CHAIN),
+                     (t + 30_000, t + 31_000, GRPC, 1, NO_CHAIN),
+                     (t + 32_000, t + 900_000, GRPC, 1, GRPC_WAIT)]
+        # The worker: asleep until the wake, then CUDA calls, the answer.
+        os_calls += [(t - 900_000, t + 40_000, WORKER, 1, WORKER_WAIT),
+                     (t + 100_000, t + 100_000 + 10_000 * (r + 1), WORKER, 3,
+                      NO_CHAIN)]
+        cuda_calls += [(t + 50_000, t + 60_000, WORKER, 6),
+                       (t + 60_500, t + 60_600, WORKER, 8),
+                       (t + 61_000, t + 65_000, WORKER, 6),
+                       (t + 66_000, t + 76_000, WORKER, 7)]
+    db.executemany("INSERT INTO OSRT_API VALUES (?, ?, ?, ?, ?)", os_calls)
+    if cuda:
+        db.executemany(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)",
+            cuda_calls)
+    else:
+        db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    db.commit()
+    db.close()
+
+
+class TimelineTest(unittest.TestCase):
+    def run_timeline(self, cuda):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.sqlite")
+            write_trace(path, cuda)
+            out = subprocess.run([sys.executable, SCRIPT, "timeline", path],
+                                 capture_output=True, text=True, check=True)
+        return out.stdout
+
+    def test_medians_of_each_step(self):
+        out = self.run_timeline(cuda=True)
+        self.assertIn("3 responses sent by scheduler threads", out)
+        self.assertRegex(out, r"recvmsg end -> scheduler thread awake +35\.0 "
+                         r"us \(the wake: 10\.0 us\)")
+        self.assertRegex(out, r"awake -> sendmsg +60\.0 us")
+        self.assertRegex(out, r"\n  sendmsg +20\.0 us")  # of 10, 20, 30
+        self.assertIn("CUDA calls, 3 of 3 requests in this order:", out)
+        lines = [l.split() for l in out.splitlines() if l.startswith("    ")]
+        self.assertEqual([l[0] for l in lines[:3]],
+                         ["cudaLaunchKernel", "cudaLaunchKernel",
+                          "cudaEventSynchronize"])
+        self.assertEqual([l[1] for l in lines[:3]], ["10.0", "4.0", "10.0"])
+        self.assertRegex(out, r"first call to the last one's end +26\.0 us")
+        self.assertRegex(out, r"last CUDA call's end -> sendmsg +24\.0 us")
+
+    def test_without_the_cuda_trace(self):
+        out = self.run_timeline(cuda=False)
+        self.assertRegex(out, r"awake -> sendmsg +60\.0 us")
+        self.assertIn("no CUDA trace", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
