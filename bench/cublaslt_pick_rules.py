@@ -35,8 +35,12 @@ Plain Python 3.
 """
 
 import math
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_shapes import align_class  # noqa: E402
 
 HEURISTIC_RESULTS = 8  # kLtHeuristicResults
 NO_SPLIT_MAX_K = 128  # kLtNoSplitMaxK
@@ -161,14 +165,6 @@ def previous_rule():
             "least workspace (revision 2)" %
             (NO_SPLIT_MAX_K, WIDE_NO_SPLIT_MAX_K, NO_SPLIT_MIN_WAVES,
              NO_SPLIT_MIN_STEPS), wide_rule(), "workspace")
-
-
-def align_class(x):
-    """AlignClass (kernels/selection/selection_key.cc)."""
-    a = 1
-    while a < 16 and x % (2 * a) == 0:
-        a *= 2
-    return a
 
 
 def bucket_value(bucket, align):

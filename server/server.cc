@@ -22,6 +22,7 @@
 #include "server/logging/call_log.h"
 #include "server/metrics/process_metrics.h"
 #include "server/metrics/prometheus_service_metrics.h"
+#include "server/metrics/registry.h"
 #include "spdlog/spdlog.h"
 
 namespace coalesce {
@@ -115,9 +116,8 @@ void AddSelectionMetrics(metrics::Registry* registry,
                        "Wall time spent tuning, in seconds.")
           .Add({});
   registry->AddCollectHook([&runs, &seconds, selector] {
-    // Counters only rise: add what the selector did since the last scrape.
-    runs.Increment(static_cast<double>(selector->tunings()) - runs.Value());
-    seconds.Increment(selector->tuning_seconds() - seconds.Value());
+    metrics::RaiseTo(runs, static_cast<double>(selector->tunings()));
+    metrics::RaiseTo(seconds, selector->tuning_seconds());
   });
 }
 
@@ -160,7 +160,7 @@ void AddSchedulerMetrics(metrics::Registry* registry,
         queued.Set(static_cast<double>(s.queued));
         queued_bytes.Set(static_cast<double>(s.queued_bytes));
         running.Set(static_cast<double>(s.in_flight));
-        direct.Increment(static_cast<double>(s.direct_runs) - direct.Value());
+        metrics::RaiseTo(direct, static_cast<double>(s.direct_runs));
       });
 }
 
@@ -205,8 +205,8 @@ void AddStoreMetrics(metrics::Registry* registry, const TensorStore* tensors,
     bytes.Set(static_cast<double>(t.bytes));
     handles.Set(static_cast<double>(t.tensors));
     uploads.Set(static_cast<double>(t.uploads));
-    ttl.Increment(static_cast<double>(t.expired_tensors) - ttl.Value());
-    idle.Increment(static_cast<double>(t.abandoned_uploads) - idle.Value());
+    metrics::RaiseTo(ttl, static_cast<double>(t.expired_tensors));
+    metrics::RaiseTo(idle, static_cast<double>(t.abandoned_uploads));
     const SharedMemoryRegistry::Stats m = shared_memory->stats();
     system_regions.Set(static_cast<double>(m.system_regions));
     system_bytes.Set(static_cast<double>(m.system_bytes));
