@@ -12,6 +12,8 @@ Scheduler::Scheduler(std::string name, SchedulerOptions options)
       options_(options),
       slots_(std::max(options.max_in_flight, 1)) {
   absl::MutexLock lock(&mu_);
+  last_end_ = std::chrono::steady_clock::now() -
+              absl::ToChronoNanoseconds(options_.direct_run_min_idle);
   workers_.reserve(slots_);
   for (int64_t i = 0; i < slots_; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
@@ -43,15 +45,19 @@ absl::Status Scheduler::Submit(Job job) {
     // Idle: run it here, sparing the wake-up of a scheduler thread. No one
     // waits, so fairness loses nothing; nothing runs, so under load (when
     // the submitting thread has other requests to read) the workers serve.
+    // A job that could batch also needs a quiet spell: under load the next
+    // requests of its kind are moments away, and a worker would batch them.
+    const auto now = std::chrono::steady_clock::now();
     if (job.may_run_directly && turns_.empty() && in_flight_ == 0 &&
         (job.batch_key.empty() ||
-         options_.batch_max_delay <= absl::ZeroDuration())) {
+         (options_.batch_max_delay <= absl::ZeroDuration() &&
+          now - last_end_ >=
+              absl::ToChronoNanoseconds(options_.direct_run_min_idle)))) {
       ++in_flight_;
       ++running_;
       ++direct_runs_;
       outstanding_seconds_ += job.seconds;
-      direct.push_back(
-          Waiting{std::move(job), std::chrono::steady_clock::now()});
+      direct.push_back(Waiting{std::move(job), now});
     } else {
       Enqueue(std::move(job));
       return absl::OkStatus();
@@ -99,6 +105,7 @@ void Scheduler::EndedLocked(int64_t started, double seconds) {
   --running_;
   in_flight_ -= started;
   outstanding_seconds_ -= seconds;
+  last_end_ = std::chrono::steady_clock::now();
   // Sums of doubles drift: nothing outstanding is exactly nothing.
   if (queued_ == 0 && in_flight_ == 0) outstanding_seconds_ = 0;
 }

@@ -54,6 +54,12 @@ struct SchedulerOptions {
   // while it is not full; zero: it takes only what already waits, so
   // batching never adds latency to a lone request.
   absl::Duration batch_max_delay = absl::ZeroDuration();
+  // A job that could batch (Job::batch_key) runs directly
+  // (Job::may_run_directly) only once the scheduler has been idle this long:
+  // requests that arrive back to back (under load) go to the workers, which
+  // batch them; a lone request, which comes a client round trip after the
+  // last one ended, runs directly.
+  absl::Duration direct_run_min_idle = absl::Microseconds(50);
 };
 
 struct Job {
@@ -94,8 +100,10 @@ struct Job {
       run_batch;
 
   // Short work that may run on the submitting thread: when the scheduler is
-  // idle (nothing waits or runs, and the job would not wait to batch),
-  // Submit runs it before returning instead of waking a scheduler thread.
+  // idle (nothing waits or runs; for a job with a batch key, nothing ended
+  // within SchedulerOptions::direct_run_min_idle and the job would not wait
+  // to batch), Submit runs it before returning instead of waking a scheduler
+  // thread.
   // It holds a slot and counts in flight meanwhile.
   bool may_run_directly = false;
 };
@@ -207,6 +215,9 @@ class Scheduler {
   // run: what the slots bound.
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t direct_runs_ ABSL_GUARDED_BY(mu_) = 0;
+  // When the last start ended (or the scheduler began): direct runs of jobs
+  // that could batch wait for direct_run_min_idle past it.
+  std::chrono::steady_clock::time_point last_end_ ABSL_GUARDED_BY(mu_);
   double outstanding_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   // Drain began: Submit refuses.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -897,6 +897,60 @@ TEST(SchedulerDirectTest, AnIdleSchedulerRunsItBeforeSubmitReturns) {
   EXPECT_EQ(stats.direct_runs, 1);
 }
 
+// A job that may run directly and could batch: run_batch, never called for
+// a batch of one, fails the test if it is.
+Job BatchableDirect(std::string identity,
+                    std::atomic<std::thread::id>* ran_on) {
+  Job job = Direct(std::move(identity), ran_on);
+  job.batch_key = "k";
+  job.run_batch = [](std::vector<Job>, std::vector<double>) {
+    ADD_FAILURE() << "a lone job ran as a batch";
+  };
+  return job;
+}
+
+// Under load requests come back to back: one that could batch and arrives
+// within direct_run_min_idle of the last start's end goes to a worker,
+// which would batch it with the ones behind it.
+TEST(SchedulerDirectTest, RightAfterAnEndABatchableJobGoesToAWorker) {
+  SchedulerOptions options;
+  options.direct_run_min_idle = absl::Hours(1);
+  Scheduler scheduler("cpu:0", options);
+  std::atomic<std::thread::id> first{}, second{};
+  // The scheduler counts as idle since long before it began.
+  ASSERT_TRUE(scheduler.Submit(BatchableDirect("x", &first)).ok());
+  EXPECT_EQ(first.load(), std::this_thread::get_id());
+  ASSERT_TRUE(scheduler.Submit(BatchableDirect("x", &second)).ok());
+  scheduler.Drain(absl::Now() + absl::Seconds(10));
+  EXPECT_NE(second.load(), std::thread::id());
+  EXPECT_NE(second.load(), std::this_thread::get_id());
+  EXPECT_EQ(scheduler.stats().direct_runs, 1);
+}
+
+TEST(SchedulerDirectTest, RightAfterAnEndAJobWithoutBatchKeyRunsDirectly) {
+  SchedulerOptions options;
+  options.direct_run_min_idle = absl::Hours(1);
+  Scheduler scheduler("cpu:0", options);
+  for (int i = 0; i < 3; ++i) {
+    std::atomic<std::thread::id> ran_on{};
+    ASSERT_TRUE(scheduler.Submit(Direct("x", &ran_on)).ok());
+    EXPECT_EQ(ran_on.load(), std::this_thread::get_id()) << i;
+  }
+  EXPECT_EQ(scheduler.stats().direct_runs, 3);
+}
+
+TEST(SchedulerDirectTest, WithNoMinimumIdleTimeBatchableJobsRunDirectly) {
+  SchedulerOptions options;
+  options.direct_run_min_idle = absl::ZeroDuration();
+  Scheduler scheduler("cpu:0", options);
+  for (int i = 0; i < 3; ++i) {
+    std::atomic<std::thread::id> ran_on{};
+    ASSERT_TRUE(scheduler.Submit(BatchableDirect("x", &ran_on)).ok());
+    EXPECT_EQ(ran_on.load(), std::this_thread::get_id()) << i;
+  }
+  EXPECT_EQ(scheduler.stats().direct_runs, 3);
+}
+
 TEST(SchedulerDirectTest, WithoutTheFlagAJobGoesToAWorker) {
   Scheduler scheduler("cpu:0", SchedulerOptions{});
   std::atomic<std::thread::id> ran_on{};
