@@ -927,28 +927,31 @@ TEST(SchedulerDirectTest, RightAfterAnEndABatchableJobGoesToAWorker) {
   EXPECT_EQ(scheduler.stats().direct_runs, 1);
 }
 
-TEST(SchedulerDirectTest, RightAfterAnEndAJobWithoutBatchKeyRunsDirectly) {
+// Submits three jobs one after another, made by make; each must run on
+// this thread before Submit returns.
+void ExpectEachRunsDirectly(
+    absl::Duration min_idle,
+    const std::function<Job(std::atomic<std::thread::id>*)>& make) {
   SchedulerOptions options;
-  options.direct_run_min_idle = absl::Hours(1);
+  options.direct_run_min_idle = min_idle;
   Scheduler scheduler("cpu:0", options);
   for (int i = 0; i < 3; ++i) {
     std::atomic<std::thread::id> ran_on{};
-    ASSERT_TRUE(scheduler.Submit(Direct("x", &ran_on)).ok());
+    ASSERT_TRUE(scheduler.Submit(make(&ran_on)).ok());
     EXPECT_EQ(ran_on.load(), std::this_thread::get_id()) << i;
   }
   EXPECT_EQ(scheduler.stats().direct_runs, 3);
 }
 
+TEST(SchedulerDirectTest, RightAfterAnEndAJobWithoutBatchKeyRunsDirectly) {
+  ExpectEachRunsDirectly(absl::Hours(1),
+                         [](auto* ran_on) { return Direct("x", ran_on); });
+}
+
 TEST(SchedulerDirectTest, WithNoMinimumIdleTimeBatchableJobsRunDirectly) {
-  SchedulerOptions options;
-  options.direct_run_min_idle = absl::ZeroDuration();
-  Scheduler scheduler("cpu:0", options);
-  for (int i = 0; i < 3; ++i) {
-    std::atomic<std::thread::id> ran_on{};
-    ASSERT_TRUE(scheduler.Submit(BatchableDirect("x", &ran_on)).ok());
-    EXPECT_EQ(ran_on.load(), std::this_thread::get_id()) << i;
-  }
-  EXPECT_EQ(scheduler.stats().direct_runs, 3);
+  ExpectEachRunsDirectly(absl::ZeroDuration(), [](auto* ran_on) {
+    return BatchableDirect("x", ran_on);
+  });
 }
 
 TEST(SchedulerDirectTest, WithoutTheFlagAJobGoesToAWorker) {
