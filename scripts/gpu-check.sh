@@ -67,7 +67,9 @@
 #             REQUESTS_FLAGS: its flags;
 #             REQUESTS_TRANSPORTS: the transports;
 #             REQUESTS_CONCURRENCY: the concurrencies; REQUESTS_DURATION:
-#             seconds per phase, default 2)
+#             seconds per phase, default 2); then requests-targets.md, each
+#             target of the request path with this run's figure
+#             (bench/request_targets.py)
 #   latency   where a lone request's time goes: a fresh server per
 #             transport (inline, handle, pipeline) and size (1 KiB, 64 KiB),
 #             coalesce-bench service at concurrency 1, then the server's
@@ -561,6 +563,10 @@ EOF
     wait "$server_pid" 2>/dev/null
   done
   server_flags=() server_suffix= server_bin=
+  # Every target of the request path against this run (the batching-on
+  # server's files).
+  python3 bench/request_targets.py "$out" --md "$out/requests-targets.md" ||
+    true
 fi
 nsys_bin=
 if has latency || has busy; then

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""The request path's targets, checked against one run of the requests step.
+
+  request_targets.py DIR [--prefix=requests] [--md OUT.md]
+
+DIR holds the JSON files that `scripts/gpu-check.sh OUT requests` writes
+(requests-t64k.json, requests-t1k.json, requests-t16m.json,
+requests-ln16.json, requests-t128.json: the batching-on server's; another
+--prefix reads PREFIX-t64k.json and so on). Each
+target of the request path becomes a row: what it asks, the figure of this
+run, and PASS, MISS or "-" where the run lacks the case. Every comparison
+is against Echo of the same run (each case's own Echo, or the 1 KiB Echo
+where a target names it).
+
+Targets:
+  - 64 KiB inline and handle at concurrency 1: p50 at most Echo's p50 +
+    40 us, and at least 0.85x Echo's requests a second;
+  - 64 KiB inline at concurrency 64: at least 0.95x Echo;
+  - handle-resident requests (handle and pipeline, 1 KiB and 64 KiB) at
+    concurrency 64: at least 1.0x the 1 KiB Echo rate;
+  - handle-resident at concurrency 1: p50 at most the 1 KiB Echo's p50 +
+    40 us;
+  - 16 MiB handle-resident at concurrency 64: requests a second times the
+    kernel's own time at least 0.7 (the GPU busy 70% of the time);
+  - GELU-LN [16,1024] and transpose 128x128, handle-resident at
+    concurrency 256 with batching on: at least 3x the 13-16k requests a
+    second measured before the scheduler (PASS from 48k, 3x the top of
+    that range), with at least 8 requests per launch.
+"""
+import argparse
+import json
+import os
+import sys
+
+P50_SLACK_MS = 0.040
+# Requests a second of GELU-LN and 128x128 transposes on handles at
+# concurrency 256 before the per-device scheduler: the baseline that
+# batching is to triple.
+BATCHED_BEFORE_RPS = (13000, 16000)
+
+
+def load(directory, case, prefix="requests"):
+    path = os.path.join(directory, f"{prefix}-{case}.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f).get("results", [])
+
+
+def find(rows, op, transport, concurrency):
+    for r in rows:
+        if (r.get("op") == op and r.get("transport") == transport and
+                r.get("concurrency") == concurrency and
+                r.get("protocol", "native") == "native"):
+            return r
+    return None
+
+
+def p50_ms(row):
+    return row["latency_ms"]["p50"]
+
+
+def verdict(ok):
+    return "PASS" if ok else "MISS"
+
+
+def targets(directory, prefix="requests"):
+    """Rows of (target, case, figure, verdict), and the 1 KiB Echo rows by
+    concurrency."""
+    t64k, t1k = load(directory, "t64k", prefix), load(directory, "t1k", prefix)
+    out = []
+    echo1k = {c: find(t1k, "echo", "inline", c) for c in (1, 64)}
+
+    def missing(target, case):
+        out.append((target, case, "not in this run", "-"))
+
+    for transport in ("inline", "handle"):
+        target = "p50 <= Echo p50 + 40 us; >= 0.85x Echo"
+        case = f"64 KiB {transport}, conc. 1"
+        r = find(t64k, "transpose", transport, 1)
+        if r is None:
+            missing(target, case)
+            continue
+        extra_us = (p50_ms(r) - r["echo_p50_ms"]) * 1e3
+        ratio = r["vs_echo"]["requests_per_second"]
+        out.append((target, case,
+                    f"p50 {p50_ms(r) * 1e3:.0f} us (Echo "
+                    f"{r['echo_p50_ms'] * 1e3:.0f}, {extra_us:+.0f}); "
+                    f"{ratio:.3f}x",
+                    verdict(extra_us <= P50_SLACK_MS * 1e3 and
+                            ratio >= 0.85)))
+
+    r = find(t64k, "transpose", "inline", 64)
+    target, case = ">= 0.95x Echo", "64 KiB inline, conc. 64"
+    if r is None:
+        missing(target, case)
+    else:
+        ratio = r["vs_echo"]["requests_per_second"]
+        figure = f"{ratio:.3f}x"
+        if r.get("mean_batch"):
+            figure += f" ({r['mean_batch']:.2f} per launch)"
+        out.append((target, case, figure, verdict(ratio >= 0.95)))
+
+    for concurrency, what in ((64, "rate"), (1, "p50")):
+        echo = echo1k[concurrency]
+        for rows, size in ((t64k, "64 KiB"), (t1k, "1 KiB")):
+            for transport in ("handle", "pipeline"):
+                case = f"{size} {transport}, conc. {concurrency}"
+                r = find(rows, "transpose", transport, concurrency)
+                if what == "rate":
+                    target = ">= 1.0x the 1 KiB Echo rate"
+                    if r is None or echo is None:
+                        missing(target, case)
+                        continue
+                    ratio = (r["requests_per_second"] /
+                             echo["requests_per_second"])
+                    out.append((target, case,
+                                f"{r['requests_per_second']:.0f} req/s, "
+                                f"{ratio:.3f}x", verdict(ratio >= 1.0)))
+                else:
+                    target = "p50 <= 1 KiB Echo p50 + 40 us"
+                    if r is None or echo is None:
+                        missing(target, case)
+                        continue
+                    extra_us = (p50_ms(r) - p50_ms(echo)) * 1e3
+                    out.append((target, case,
+                                f"p50 {p50_ms(r) * 1e3:.0f} us (Echo "
+                                f"{p50_ms(echo) * 1e3:.0f}, {extra_us:+.0f})",
+                                verdict(extra_us <= P50_SLACK_MS * 1e3)))
+
+    t16m = load(directory, "t16m", prefix)
+    for transport in ("handle", "pipeline"):
+        target = "GPU >= 70% busy (req/s x kernel time)"
+        case = f"16 MiB {transport}, conc. 64"
+        r = find(t16m, "transpose", transport, 64)
+        if r is None or r.get("busy") is None:
+            missing(target, case)
+            continue
+        out.append((target, case,
+                    f"{r['requests_per_second']:.0f} req/s x "
+                    f"{r['kernel_seconds'] * 1e6:.1f} us = {r['busy']:.2f}",
+                    verdict(r["busy"] >= 0.7)))
+
+    needed = 3 * BATCHED_BEFORE_RPS[1]
+    for name, op, label in (("ln16", "gelu-ln", "GELU-LN [16,1024]"),
+                            ("t128", "transpose", "transpose 128x128")):
+        rows = load(directory, name, prefix)
+        for transport in ("handle", "pipeline"):
+            target = (f">= 3x {BATCHED_BEFORE_RPS[0] // 1000}-"
+                      f"{BATCHED_BEFORE_RPS[1] // 1000}k req/s; >= 8 per "
+                      "launch")
+            case = f"{label} {transport}, conc. 256"
+            r = find(rows, op, transport, 256)
+            if r is None:
+                missing(target, case)
+                continue
+            rps, batch = r["requests_per_second"], r.get("mean_batch") or 1
+            out.append((target, case,
+                        f"{rps:.0f} req/s ({rps / BATCHED_BEFORE_RPS[0]:.2f}-"
+                        f"{rps / BATCHED_BEFORE_RPS[1]:.2f}x); {batch:.2f} "
+                        "per launch", verdict(rps >= needed and batch >= 8)))
+    return out, echo1k
+
+
+def markdown(rows, echo1k):
+    lines = ["| target | case | this run | |", "|---|---|---|---|"]
+    lines += [f"| {t} | {c} | {f} | {v} |" for t, c, f, v in rows]
+    for c, echo in echo1k.items():
+        if echo is not None:
+            lines.append("")
+            lines.append(f"1 KiB Echo at concurrency {c}: "
+                         f"{echo['requests_per_second']:.0f} req/s, p50 "
+                         f"{p50_ms(echo) * 1e3:.0f} us.")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("directory")
+    ap.add_argument("--prefix", default="requests",
+                    help="the files' names before -t64k.json and so on")
+    ap.add_argument("--md", help="also write the table here")
+    args = ap.parse_args()
+    rows, echo1k = targets(args.directory, args.prefix)
+    if all(v == "-" for _, _, _, v in rows):
+        sys.exit(f"no {args.prefix}-*.json with the target cases in "
+                 f"{args.directory}")
+    text = markdown(rows, echo1k)
+    sys.stdout.write(text)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

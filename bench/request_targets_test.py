@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Tests of request_targets.py on requests-*.json files written here, with
+figures chosen to fall on each side of every target."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "request_targets.py")
+
+
+def row(op, transport, concurrency, rps, p50_ms, echo_rps, echo_p50_ms,
+        **extra):
+    r = {"op": op, "transport": transport, "concurrency": concurrency,
+         "protocol": "native", "requests_per_second": rps,
+         "latency_ms": {"p50": p50_ms}, "echo_rps": echo_rps,
+         "echo_p50_ms": echo_p50_ms,
+         "vs_echo": {"requests_per_second": rps / echo_rps}}
+    r.update(extra)
+    return r
+
+
+def write(directory, case, rows):
+    with open(os.path.join(directory, f"requests-{case}.json"), "w") as f:
+        json.dump({"mode": "service", "results": rows}, f)
+
+
+class RequestTargetsTest(unittest.TestCase):
+    def run_script(self, directory):
+        return subprocess.run([sys.executable, SCRIPT, directory],
+                              capture_output=True, text=True)
+
+    def test_each_side_of_each_target(self):
+        with tempfile.TemporaryDirectory() as d:
+            write(d, "t64k", [
+                row("echo", "inline", 1, 4000, 0.200, 4000, 0.200),
+                # 30 us over Echo at 0.90x: both parts hold.
+                row("transpose", "inline", 1, 3600, 0.230, 4000, 0.200),
+                # 0.90x, but 50 us over Echo.
+                row("transpose", "handle", 1, 3600, 0.250, 4000, 0.200),
+                row("transpose", "pipeline", 1, 3900, 0.215, 4000, 0.200),
+                row("transpose", "inline", 64, 24000, 2.0, 25000, 2.0,
+                    mean_batch=2.5),
+                row("transpose", "handle", 64, 30300, 2.0, 25000, 2.0),
+                row("transpose", "pipeline", 64, 29000, 2.0, 25000, 2.0),
+            ])
+            write(d, "t1k", [
+                row("echo", "inline", 1, 6000, 0.180, 6000, 0.180),
+                row("echo", "inline", 64, 30000, 2.0, 30000, 2.0),
+                row("transpose", "handle", 1, 5000, 0.219, 6000, 0.180),
+                row("transpose", "pipeline", 1, 5000, 0.221, 6000, 0.180),
+                row("transpose", "handle", 64, 27000, 2.0, 30000, 2.0),
+                row("transpose", "pipeline", 64, 30000, 2.0, 30000, 2.0),
+            ])
+            write(d, "t16m", [
+                row("transpose", "handle", 64, 25000, 2.0, 1, 1,
+                    kernel_seconds=30e-6, busy=0.75),
+                row("transpose", "pipeline", 64, 25000, 2.0, 1, 1,
+                    kernel_seconds=11e-6, busy=0.275),
+            ])
+            write(d, "ln16", [
+                row("gelu-ln", "handle", 256, 50000, 5.0, 30000, 5.0,
+                    mean_batch=9.0),
+                row("gelu-ln", "pipeline", 256, 50000, 5.0, 30000, 5.0,
+                    mean_batch=2.0),
+            ])
+            result = self.run_script(d)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            # (the target's first 12 characters, the case) -> (figure,
+            # verdict)
+            lines = {}
+            for line in result.stdout.splitlines():
+                cells = [c.strip() for c in line.strip("|").split("|")]
+                if len(cells) == 4 and cells[0] not in ("target", "---"):
+                    lines[(cells[0][:12], cells[1])] = (cells[2], cells[3])
+            want = {
+                ("p50 <= Echo ", "64 KiB inline, conc. 1"): "PASS",
+                ("p50 <= Echo ", "64 KiB handle, conc. 1"): "MISS",
+                (">= 0.95x Ech", "64 KiB inline, conc. 64"): "PASS",
+                (">= 1.0x the ", "64 KiB handle, conc. 64"): "PASS",
+                (">= 1.0x the ", "64 KiB pipeline, conc. 64"): "MISS",
+                (">= 1.0x the ", "1 KiB handle, conc. 64"): "MISS",
+                (">= 1.0x the ", "1 KiB pipeline, conc. 64"): "PASS",
+                ("p50 <= 1 KiB", "64 KiB pipeline, conc. 1"): "PASS",
+                ("p50 <= 1 KiB", "1 KiB handle, conc. 1"): "PASS",
+                ("p50 <= 1 KiB", "1 KiB pipeline, conc. 1"): "MISS",
+                ("GPU >= 70% b", "16 MiB handle, conc. 64"): "PASS",
+                ("GPU >= 70% b", "16 MiB pipeline, conc. 64"): "MISS",
+                (">= 3x 13-16k", "GELU-LN [16,1024] handle, conc. 256"):
+                    "PASS",
+                (">= 3x 13-16k", "GELU-LN [16,1024] pipeline, conc. 256"):
+                    "MISS",
+                (">= 3x 13-16k", "transpose 128x128 handle, conc. 256"): "-",
+            }
+            for key, state in want.items():
+                self.assertIn(key, lines, result.stdout)
+                self.assertEqual(lines[key][1], state, (key, lines[key]))
+            self.assertEqual(
+                lines[("p50 <= Echo ", "64 KiB handle, conc. 1")][0],
+                "p50 250 us (Echo 200, +50); 0.900x")
+            self.assertEqual(
+                lines[(">= 1.0x the ", "64 KiB handle, conc. 64")][0],
+                "30300 req/s, 1.010x")
+            self.assertIn("1 KiB Echo at concurrency 64: 30000 req/s",
+                          result.stdout)
+
+    def test_a_directory_without_the_cases_is_an_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            result = self.run_script(d)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("no requests-*.json", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
