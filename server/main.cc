@@ -497,6 +497,18 @@ bool CheckFlagValues(std::string* error) {
   return true;
 }
 
+// How the process ends, drained or not: nothing of ours is left to flush
+// (the tuning cache is written whole on each tuning, the rest is memory) but
+// the logs, stdout and an attached profiler's buffers. _Exit keeps teardown
+// (civetweb's stop alone waits out a 2 s poll) out of the exit time.
+[[noreturn]] void EndProcess(AccessLog* access_log, Backend* backend) {
+  if (access_log != nullptr) access_log->Close();
+  spdlog::shutdown();
+  std::fflush(stdout);
+  backend->FlushProfilerData();
+  std::_Exit(0);
+}
+
 int Main(int argc, char** argv) {
   // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock
   // detection on: every lock updates one process-wide lock graph under a
@@ -755,18 +767,15 @@ int Main(int argc, char** argv) {
           (*server)->server->GetHealthCheckService()) {
     health->Shutdown();
   }
+  Backend* backend = choice->backend.get();
   // A handler that does not notice its cancellation (a kernel or a library
   // call that cannot be interrupted) must not hold the process: half a
   // second after the grace the process ends whatever is still running.
-  Backend* backend = choice->backend.get();
   std::thread([grace, &access_log, backend] {
     std::this_thread::sleep_for(grace + std::chrono::milliseconds(500));
     spdlog::warn("calls still running {} ms after the signal; exiting",
                  (grace + std::chrono::milliseconds(500)).count());
-    if (access_log != nullptr) access_log->Close();
-    spdlog::shutdown();
-    backend->FlushProfilerData();
-    std::_Exit(0);
+    EndProcess(access_log.get(), backend);
   }).detach();
   // The device queue stops admitting (UNAVAILABLE) and lets what waits
   // start until the deadline, then refuses the rest with CANCELLED.
@@ -779,16 +788,8 @@ int Main(int argc, char** argv) {
   drain.join();
   // Scrapes keep serving its last reading.
   for (const auto& poller : device_activity) poller->Stop();
-  // Nothing of ours left to flush (the tuning cache is written whole on each
-  // tuning, the rest is memory), only an attached profiler's buffers.
-  // Ending here keeps teardown (civetweb's stop alone waits out a 2 s poll)
-  // out of the exit time.
   spdlog::info("drained; exiting");
-  if (access_log != nullptr) access_log->Close();
-  spdlog::shutdown();
-  std::fflush(stdout);
-  backend->FlushProfilerData();
-  std::_Exit(0);
+  EndProcess(access_log.get(), backend);
 }
 
 }  // namespace
