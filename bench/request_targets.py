@@ -60,8 +60,11 @@ def p50_ms(row):
     return row["latency_ms"]["p50"]
 
 
-def verdict(ok):
-    return "PASS" if ok else "MISS"
+def p50_against(row, echo_p50):
+    """(the figure, whether row's p50 is within P50_SLACK_MS of echo_p50)"""
+    extra_us = (p50_ms(row) - echo_p50) * 1e3
+    return (f"p50 {p50_ms(row) * 1e3:.0f} us (Echo {echo_p50 * 1e3:.0f}, "
+            f"{extra_us:+.0f})", extra_us <= P50_SLACK_MS * 1e3)
 
 
 def targets(directory, prefix="requests"):
@@ -71,94 +74,79 @@ def targets(directory, prefix="requests"):
     out = []
     echo1k = {c: find(t1k, "echo", "inline", c) for c in (1, 64)}
 
-    def missing(target, case):
-        out.append((target, case, "not in this run", "-"))
+    def add(target, case, row, judge):
+        """judge(row) gives (figure, met); no row: the case was not run."""
+        if row is None:
+            out.append((target, case, "not in this run", "-"))
+            return
+        figure, met = judge(row)
+        out.append((target, case, figure, "PASS" if met else "MISS"))
+
+    def near_echo(r):
+        figure, met = p50_against(r, r["echo_p50_ms"])
+        ratio = r["vs_echo"]["requests_per_second"]
+        return f"{figure}; {ratio:.3f}x", met and ratio >= 0.85
 
     for transport in ("inline", "handle"):
-        target = "p50 <= Echo p50 + 40 us; >= 0.85x Echo"
-        case = f"64 KiB {transport}, conc. 1"
-        r = find(t64k, "transpose", transport, 1)
-        if r is None:
-            missing(target, case)
-            continue
-        extra_us = (p50_ms(r) - r["echo_p50_ms"]) * 1e3
-        ratio = r["vs_echo"]["requests_per_second"]
-        out.append((target, case,
-                    f"p50 {p50_ms(r) * 1e3:.0f} us (Echo "
-                    f"{r['echo_p50_ms'] * 1e3:.0f}, {extra_us:+.0f}); "
-                    f"{ratio:.3f}x",
-                    verdict(extra_us <= P50_SLACK_MS * 1e3 and
-                            ratio >= 0.85)))
+        add("p50 <= Echo p50 + 40 us; >= 0.85x Echo",
+            f"64 KiB {transport}, conc. 1",
+            find(t64k, "transpose", transport, 1), near_echo)
 
-    r = find(t64k, "transpose", "inline", 64)
-    target, case = ">= 0.95x Echo", "64 KiB inline, conc. 64"
-    if r is None:
-        missing(target, case)
-    else:
+    def inline_rate(r):
         ratio = r["vs_echo"]["requests_per_second"]
         figure = f"{ratio:.3f}x"
         if r.get("mean_batch"):
             figure += f" ({r['mean_batch']:.2f} per launch)"
-        out.append((target, case, figure, verdict(ratio >= 0.95)))
+        return figure, ratio >= 0.95
 
-    for concurrency, what in ((64, "rate"), (1, "p50")):
-        echo = echo1k[concurrency]
-        for rows, size in ((t64k, "64 KiB"), (t1k, "1 KiB")):
-            for transport in ("handle", "pipeline"):
-                case = f"{size} {transport}, conc. {concurrency}"
-                r = find(rows, "transpose", transport, concurrency)
-                if what == "rate":
-                    target = ">= 1.0x the 1 KiB Echo rate"
-                    if r is None or echo is None:
-                        missing(target, case)
-                        continue
-                    ratio = (r["requests_per_second"] /
-                             echo["requests_per_second"])
-                    out.append((target, case,
-                                f"{r['requests_per_second']:.0f} req/s, "
-                                f"{ratio:.3f}x", verdict(ratio >= 1.0)))
-                else:
-                    target = "p50 <= 1 KiB Echo p50 + 40 us"
-                    if r is None or echo is None:
-                        missing(target, case)
-                        continue
-                    extra_us = (p50_ms(r) - p50_ms(echo)) * 1e3
-                    out.append((target, case,
-                                f"p50 {p50_ms(r) * 1e3:.0f} us (Echo "
-                                f"{p50_ms(echo) * 1e3:.0f}, {extra_us:+.0f})",
-                                verdict(extra_us <= P50_SLACK_MS * 1e3)))
+    add(">= 0.95x Echo", "64 KiB inline, conc. 64",
+        find(t64k, "transpose", "inline", 64), inline_rate)
+
+    # Handle-resident requests against the 1 KiB Echo of the same run.
+    resident = [(rows, size, transport)
+                for rows, size in ((t64k, "64 KiB"), (t1k, "1 KiB"))
+                for transport in ("handle", "pipeline")]
+
+    def over_echo_rate(r):
+        ratio = r["requests_per_second"] / echo1k[64]["requests_per_second"]
+        return (f"{r['requests_per_second']:.0f} req/s, {ratio:.3f}x",
+                ratio >= 1.0)
+
+    for rows, size, transport in resident:
+        add(">= 1.0x the 1 KiB Echo rate", f"{size} {transport}, conc. 64",
+            find(rows, "transpose", transport, 64) if echo1k[64] else None,
+            over_echo_rate)
+    for rows, size, transport in resident:
+        add("p50 <= 1 KiB Echo p50 + 40 us", f"{size} {transport}, conc. 1",
+            find(rows, "transpose", transport, 1) if echo1k[1] else None,
+            lambda r: p50_against(r, p50_ms(echo1k[1])))
+
+    def busy(r):
+        return (f"{r['requests_per_second']:.0f} req/s x "
+                f"{r['kernel_seconds'] * 1e6:.1f} us = {r['busy']:.2f}",
+                r["busy"] >= 0.7)
 
     t16m = load(directory, "t16m", prefix)
     for transport in ("handle", "pipeline"):
-        target = "GPU >= 70% busy (req/s x kernel time)"
-        case = f"16 MiB {transport}, conc. 64"
         r = find(t16m, "transpose", transport, 64)
-        if r is None or r.get("busy") is None:
-            missing(target, case)
-            continue
-        out.append((target, case,
-                    f"{r['requests_per_second']:.0f} req/s x "
-                    f"{r['kernel_seconds'] * 1e6:.1f} us = {r['busy']:.2f}",
-                    verdict(r["busy"] >= 0.7)))
+        add("GPU >= 70% busy (req/s x kernel time)",
+            f"16 MiB {transport}, conc. 64",
+            r if r is not None and r.get("busy") is not None else None, busy)
 
-    needed = 3 * BATCHED_BEFORE_RPS[1]
+    low, high = BATCHED_BEFORE_RPS
+
+    def batched(r):
+        rps, batch = r["requests_per_second"], r.get("mean_batch") or 1
+        return (f"{rps:.0f} req/s ({rps / low:.2f}-{rps / high:.2f}x); "
+                f"{batch:.2f} per launch", rps >= 3 * high and batch >= 8)
+
     for name, op, label in (("ln16", "gelu-ln", "GELU-LN [16,1024]"),
                             ("t128", "transpose", "transpose 128x128")):
         rows = load(directory, name, prefix)
         for transport in ("handle", "pipeline"):
-            target = (f">= 3x {BATCHED_BEFORE_RPS[0] // 1000}-"
-                      f"{BATCHED_BEFORE_RPS[1] // 1000}k req/s; >= 8 per "
-                      "launch")
-            case = f"{label} {transport}, conc. 256"
-            r = find(rows, op, transport, 256)
-            if r is None:
-                missing(target, case)
-                continue
-            rps, batch = r["requests_per_second"], r.get("mean_batch") or 1
-            out.append((target, case,
-                        f"{rps:.0f} req/s ({rps / BATCHED_BEFORE_RPS[0]:.2f}-"
-                        f"{rps / BATCHED_BEFORE_RPS[1]:.2f}x); {batch:.2f} "
-                        "per launch", verdict(rps >= needed and batch >= 8)))
+            add(f">= 3x {low // 1000}-{high // 1000}k req/s; >= 8 per launch",
+                f"{label} {transport}, conc. 256",
+                find(rows, op, transport, 256), batched)
     return out, echo1k
 
 
