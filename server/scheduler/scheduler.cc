@@ -59,7 +59,7 @@ absl::Status Scheduler::Submit(Job job) {
       outstanding_seconds_ += job.seconds;
       direct.push_back(Waiting{std::move(job), now});
     } else {
-      Enqueue(std::move(job));
+      Enqueue(std::move(job), now);
       return absl::OkStatus();
     }
   }
@@ -91,14 +91,14 @@ absl::Status Scheduler::AdmitLocked(const Job& job) const {
   return absl::OkStatus();
 }
 
-void Scheduler::Enqueue(Job job) {
+void Scheduler::Enqueue(Job job, std::chrono::steady_clock::time_point now) {
   std::deque<Waiting>& queue = queues_[job.identity];
   if (queue.empty()) turns_.push_back(job.identity);
   ++queued_;
   ++submissions_;
   queued_bytes_ += job.bytes;
   outstanding_seconds_ += job.seconds;
-  queue.push_back(Waiting{std::move(job), std::chrono::steady_clock::now()});
+  queue.push_back(Waiting{std::move(job), now});
 }
 
 void Scheduler::EndedLocked(int64_t started, double seconds) {

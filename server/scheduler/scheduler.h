@@ -157,7 +157,9 @@ class Scheduler {
   // Submit's bounds: OK when job may be queued or run now.
   absl::Status AdmitLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Enqueue(Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues job, submitted at now.
+  void Enqueue(Job job, std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WorkerLoop();
   // Starts (or, when cancelled, rejects) one job or a batch (batch[0]
   // leads); called without mu_.
