@@ -70,6 +70,13 @@
 #             seconds per phase, default 2); then requests-targets.md, each
 #             target of the request path with this run's figure
 #             (bench/request_targets.py)
+#   requests-ab  servers of different flags side by side: REQUESTS_AB,
+#             "LABEL=FLAGS;LABEL=FLAGS..." (FLAGS may be empty), each
+#             server's requests step (batching on; the REQUESTS_* knobs
+#             above apply) in ab-LABEL-ROUND/, REQUESTS_AB_ROUNDS rounds
+#             (default 2), the order reversed every other round; then
+#             requests-ab.md, each server's req/s over the first's, round
+#             by round (bench/request_ab.py)
 #   latency   where a lone request's time goes: a fresh server per
 #             transport (inline, handle, pipeline) and size (1 KiB, 64 KiB),
 #             coalesce-bench service at concurrency 1, then the server's
@@ -567,6 +574,29 @@ EOF
   # server's files).
   python3 bench/request_targets.py "$out" --md "$out/requests-targets.md" ||
     true
+fi
+if has requests-ab; then
+  echo "== request path, servers side by side"
+  # Each round runs the requests step (batching on) once per server, the
+  # order reversed every other round; bench/request_ab.py tables them.
+  IFS=';' read -r -a ab_sets <<<"${REQUESTS_AB:?set REQUESTS_AB}"
+  ab_args=()
+  for round in $(seq 1 "${REQUESTS_AB_ROUNDS:-2}"); do
+    order=("${ab_sets[@]}")
+    if [ $((round % 2)) -eq 0 ]; then
+      mapfile -t order < <(printf '%s\n' "${ab_sets[@]}" | tac)
+    fi
+    for set in "${order[@]}"; do
+      label=${set%%=*}
+      echo "-- round $round: $label (${set#*=})"
+      REQUESTS_FLAGS="${set#*=}" REQUESTS_BATCHING=on \
+        "$0" "$out/ab-$label-$round" requests >"$out/ab-$label-$round.log" 2>&1 ||
+        status=1
+      ab_args+=("$label=$out/ab-$label-$round")
+    done
+  done
+  python3 bench/request_ab.py "${ab_args[@]}" | tee "$out/requests-ab.md" ||
+    status=1
 fi
 nsys_bin=
 if has latency || has busy; then
