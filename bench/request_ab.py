@@ -89,9 +89,10 @@ def report(runs):
             led = sum(r > 1 for r in ratios)
             cells.append(", ".join(f"{r:.3f}" for r in ratios))
             cells.append(f"{mean:.3f} ({led} of {n})")
-        cells.append(" / ".join(
-            f"{statistics.median(r[key]['latency_ms']['p50'] for r in rounds[label]) * 1e3:.0f}"
-            for label in labels))
+        p50s_us = [statistics.median(r[key]["latency_ms"]["p50"]
+                                     for r in rounds[label]) * 1e3
+                   for label in labels]
+        cells.append(" / ".join(f"{p:.0f}" for p in p50s_us))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
