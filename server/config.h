@@ -116,6 +116,10 @@ struct ServerConfig {
   // of waking a scheduler thread; 0: never. Unset: the backend's default
   // (DirectRunMaxBytesByDefault).
   std::optional<int64_t> direct_run_max_bytes;
+  // Direct runs only while the device's requests arrive at most this many
+  // times a second (SchedulerOptions::direct_run_max_rate); 0: at any rate.
+  // Unset: the backend's default (DirectRunMaxRateByDefault).
+  std::optional<double> direct_run_max_rate;
   // Initial HTTP/2 stream flow-control window in bytes (gRPC's
   // lookahead; BDP probing grows it from there).
   int stream_window_bytes = 8 << 20;

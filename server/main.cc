@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -198,8 +199,11 @@ ABSL_FLAG(int64_t, batch_max_bytes, int64_t{4} << 20,
 ABSL_FLAG(int64_t, direct_run_max_bytes, -1,
           "ops moving at most this many bytes run on the thread that "
           "received them while their device is idle, sparing a thread "
-          "hand-off; 0: never; -1: the backend's default (1 MiB on the CPU, "
-          "0 on a GPU)");
+          "hand-off; 0: never; -1: the backend's default (1 MiB)");
+ABSL_FLAG(double, direct_run_max_rate, -1,
+          "direct runs only while the device gets at most this many requests "
+          "a second (a moving mean over its last 64); 0: at any rate; -1: "
+          "the backend's default (0 on the CPU, 10000 on a GPU)");
 ABSL_FLAG(int64_t, batch_max_delay_us, 0,
           "microseconds a batch may wait for more requests to arrive; 0: it "
           "takes only the requests already waiting, adding no latency");
@@ -409,6 +413,14 @@ bool CheckFlagValues(std::string* error) {
                           absl::GetFlag(FLAGS_direct_run_max_bytes));
     return false;
   }
+  if (!(absl::GetFlag(FLAGS_direct_run_max_rate) >= 0 ||
+        absl::GetFlag(FLAGS_direct_run_max_rate) == -1) ||
+      std::isinf(absl::GetFlag(FLAGS_direct_run_max_rate))) {
+    *error = absl::StrCat(
+        "--direct_run_max_rate must be -1 or finite and >= 0, not ",
+        absl::GetFlag(FLAGS_direct_run_max_rate));
+    return false;
+  }
   if (absl::GetFlag(FLAGS_batch_max_delay_us) < 0 ||
       absl::GetFlag(FLAGS_batch_max_delay_us) > 1000000) {
     *error = absl::StrCat("--batch_max_delay_us must be in [0, 1000000], not ",
@@ -541,7 +553,8 @@ int Main(int argc, char** argv) {
       "                  [--batch_ops=auto|none|OP,...] "
       "[--batch_max_requests=N]\n"
       "                  [--batch_max_bytes=N] [--batch_max_delay_us=US]\n"
-      "                  [--direct_run_max_bytes=N]\n"
+      "                  [--direct_run_max_bytes=N] "
+      "[--direct_run_max_rate=R]\n"
       "                  [--log_level=LEVEL] [--log_format=text|json]\n"
       "                  [--access_log=off|stderr|FILE]\n\n"
       "Prints 'coalesce-server listening on HOST:PORT (backend NAME)' and\n"
@@ -656,6 +669,9 @@ int Main(int argc, char** argv) {
   config.batch_max_delay_us = absl::GetFlag(FLAGS_batch_max_delay_us);
   if (absl::GetFlag(FLAGS_direct_run_max_bytes) >= 0) {
     config.direct_run_max_bytes = absl::GetFlag(FLAGS_direct_run_max_bytes);
+  }
+  if (absl::GetFlag(FLAGS_direct_run_max_rate) >= 0) {
+    config.direct_run_max_rate = absl::GetFlag(FLAGS_direct_run_max_rate);
   }
   config.access_log = access_log.get();
   config.max_uploads_per_client = absl::GetFlag(FLAGS_max_uploads_per_client);

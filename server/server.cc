@@ -236,8 +236,10 @@ std::vector<OpKind> BatchedOpsByDefault(BackendKind kind) {
   return {OpKind::kTranspose, OpKind::kConvertLayout, OpKind::kGeluLayerNorm};
 }
 
-int64_t DirectRunMaxBytesByDefault(BackendKind kind) {
-  return kind == BackendKind::kCpu ? int64_t{1} << 20 : 0;
+int64_t DirectRunMaxBytesByDefault(BackendKind) { return int64_t{1} << 20; }
+
+double DirectRunMaxRateByDefault(BackendKind kind) {
+  return kind == BackendKind::kCpu ? 0 : 10000;
 }
 
 absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
@@ -337,6 +339,11 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
     service_config.direct_run_max_bytes =
         DirectRunMaxBytesByDefault(backend->kind());
   }
+  if (!service_config.direct_run_max_rate.has_value()) {
+    service_config.direct_run_max_rate =
+        DirectRunMaxRateByDefault(backend->kind());
+  }
+  scheduling.direct_run_max_rate = *service_config.direct_run_max_rate;
   // No op batched: the scheduler never waits for a batch to fill.
   scheduling.batch_max_requests =
       service_config.batch_ops->empty() ? 1 : config.batch_max_requests;
@@ -358,8 +365,12 @@ absl::StatusOr<std::unique_ptr<RunningServer>> BuildServer(
   if (*service_config.direct_run_max_bytes > 0) {
     spdlog::info(
         "direct runs: ops moving up to {} bytes run on the receiving thread "
-        "while their device is idle",
-        *service_config.direct_run_max_bytes);
+        "while their device is idle{}",
+        *service_config.direct_run_max_bytes,
+        *service_config.direct_run_max_rate > 0
+            ? absl::StrCat(" and gets at most ",
+                           *service_config.direct_run_max_rate, " requests/s")
+            : std::string());
   }
   // A scheduler per device: its own queue, workers and fairness.
   std::vector<Scheduler*> schedulers;

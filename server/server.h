@@ -103,12 +103,18 @@ struct RunningServer {
 // spread one request over every core.
 std::vector<OpKind> BatchedOpsByDefault(BackendKind kind);
 
-// ServerConfig::direct_run_max_bytes when unset: on the CPU backend 1 MiB
-// (a lone 1 KiB transpose spent 22-26 us of its handler's 40 waking a
-// scheduler thread); 0 on a GPU, where a lone 1 KiB transpose run on
-// gRPC's thread answered 55-68 us later at the median (H200): the thread
-// is held from gRPC's own work for the launch and the wait.
+// ServerConfig::direct_run_max_bytes when unset: 1 MiB. On the CPU backend
+// a lone 1 KiB transpose spent 22-26 us of its handler's 40 waking a
+// scheduler thread; on H100 hosts direct runs took 8-119 us off a lone
+// request's median (docs/PERFORMANCE.md).
 int64_t DirectRunMaxBytesByDefault(BackendKind kind);
+
+// ServerConfig::direct_run_max_rate when unset: 10,000 requests a second on
+// a GPU, where a request run directly under load holds gRPC's thread for
+// its launches and wait (64 KiB pipelined transposes lost 5-12% at
+// concurrency 64 on some hosts); 0 (any rate) on the CPU backend, where
+// the op itself is the work.
+double DirectRunMaxRateByDefault(BackendKind kind);
 
 // Starts a server on config.listen serving backend (not owned; it must
 // outlive the server). backend_reason is what GetServerInfo reports as the

@@ -10,10 +10,15 @@ namespace coalesce {
 Scheduler::Scheduler(std::string name, SchedulerOptions options)
     : name_(std::move(name)),
       options_(options),
-      slots_(std::max(options.max_in_flight, 1)) {
+      slots_(std::max(options.max_in_flight, 1)),
+      max_submit_gap_(options.direct_run_max_rate > 0
+                          ? 4 / options.direct_run_max_rate
+                          : 1.0) {
   absl::MutexLock lock(&mu_);
   last_end_ = std::chrono::steady_clock::now() -
               absl::ToChronoNanoseconds(options_.direct_run_min_idle);
+  last_submit_ = std::chrono::steady_clock::now();
+  mean_submit_gap_ = max_submit_gap_;
   workers_.reserve(slots_);
   for (int64_t i = 0; i < slots_; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
@@ -48,7 +53,18 @@ absl::Status Scheduler::Submit(Job job) {
     // A job that could batch also needs a quiet spell: under load the next
     // requests of its kind are moments away, and a worker would batch them.
     const auto now = std::chrono::steady_clock::now();
-    if (job.may_run_directly && turns_.empty() && in_flight_ == 0 &&
+    // A long pause counts as a few slow gaps, not as a gap that would
+    // outweigh a whole window of fast ones.
+    const double gap =
+        std::min(std::chrono::duration<double>(now - last_submit_).count(),
+                 max_submit_gap_);
+    last_submit_ = now;
+    mean_submit_gap_ += (gap - mean_submit_gap_) / kRateWindow;
+    const bool slow_arrivals =
+        options_.direct_run_max_rate <= 0 ||
+        mean_submit_gap_ * options_.direct_run_max_rate >= 1.0;
+    if (job.may_run_directly && slow_arrivals && turns_.empty() &&
+        in_flight_ == 0 &&
         (job.batch_key.empty() ||
          (options_.batch_max_delay <= absl::ZeroDuration() &&
           now - last_end_ >=

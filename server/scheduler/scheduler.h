@@ -60,6 +60,13 @@ struct SchedulerOptions {
   // batch them; a lone request, which comes a client round trip after the
   // last one ended, runs directly.
   absl::Duration direct_run_min_idle = absl::Microseconds(50);
+  // A job runs directly only while submissions arrive at most this many
+  // times a second (a moving mean of the gaps between them, over about the
+  // last kRateWindow submissions); zero: at any rate. Under load the device
+  // idles in short spells between bursts, and a job run directly in one
+  // holds the submitting thread from the rest of its burst; the mean rate
+  // tells load from a lone client where the moment does not.
+  double direct_run_max_rate = 0;
 };
 
 struct Job {
@@ -102,8 +109,9 @@ struct Job {
   // Short work that may run on the submitting thread: when the scheduler is
   // idle (nothing waits or runs; for a job with a batch key, nothing ended
   // within SchedulerOptions::direct_run_min_idle and the job would not wait
-  // to batch), Submit runs it before returning instead of waking a scheduler
-  // thread.
+  // to batch; submissions no more frequent than
+  // SchedulerOptions::direct_run_max_rate), Submit runs it before returning
+  // instead of waking a scheduler thread.
   // It holds a slot and counts in flight meanwhile.
   bool may_run_directly = false;
 };
@@ -154,6 +162,9 @@ class Scheduler {
     std::chrono::steady_clock::time_point submitted;
   };
 
+  // The moving mean of the gaps between submissions spans about this many.
+  static constexpr int kRateWindow = 64;
+
   // Submit's bounds: OK when job may be queued or run now.
   absl::Status AdmitLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -196,6 +207,9 @@ class Scheduler {
   const SchedulerOptions options_;
   // Starts running at once (a batch is one): max(options_.max_in_flight, 1).
   const int64_t slots_;
+  // The longest gap between submissions the moving mean takes in (seconds):
+  // four times the one direct_run_max_rate allows.
+  const double max_submit_gap_;
 
   mutable absl::Mutex mu_;
   // One FIFO per identity that has jobs waiting (no empty queues kept).
@@ -221,6 +235,11 @@ class Scheduler {
   // that could batch wait for direct_run_min_idle past it.
   std::chrono::steady_clock::time_point last_end_ ABSL_GUARDED_BY(mu_);
   double outstanding_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last submission, and the moving mean of the gaps between
+  // submissions (seconds; it starts at max_submit_gap_, so a first job may
+  // run directly).
+  std::chrono::steady_clock::time_point last_submit_ ABSL_GUARDED_BY(mu_);
+  double mean_submit_gap_ ABSL_GUARDED_BY(mu_) = 0;
   // Drain began: Submit refuses.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // Nothing more will be queued: workers exit once nothing waits.

@@ -954,6 +954,46 @@ TEST(SchedulerDirectTest, WithNoMinimumIdleTimeBatchableJobsRunDirectly) {
   });
 }
 
+// Submits n jobs that may run directly, each after the one before has
+// ended (so the scheduler is idle at every submission), pausing `pause`
+// between them; returns how many ran on this thread.
+int DirectRunsOfSpacedJobs(double max_rate, int n, absl::Duration pause) {
+  SchedulerOptions options;
+  options.direct_run_max_rate = max_rate;
+  Scheduler scheduler("cpu:0", options);
+  int here = 0;
+  for (int i = 0; i < n; ++i) {
+    std::atomic<std::thread::id> ran_on{};
+    absl::Notification done;
+    EXPECT_TRUE(
+        scheduler.Submit(Direct("x", &ran_on, [&done] { done.Notify(); }))
+            .ok());
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10))) << i;
+    if (ran_on.load() == std::this_thread::get_id()) ++here;
+    absl::SleepFor(pause);
+  }
+  scheduler.Drain(absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(scheduler.stats().direct_runs, here);
+  return here;
+}
+
+// Submissions back to back (a worker's wake-up apart, well under the 5 ms
+// that 200 a second allow): after the first few, the mean gap falls below
+// the limit and the jobs go to the workers.
+TEST(SchedulerDirectTest, AboveTheMaximumRateJobsGoToTheWorkers) {
+  const int here = DirectRunsOfSpacedJobs(200, 1000, absl::ZeroDuration());
+  EXPECT_GE(here, 1);
+  EXPECT_LT(here, 500);
+}
+
+TEST(SchedulerDirectTest, BelowTheMaximumRateEveryJobRunsDirectly) {
+  EXPECT_EQ(DirectRunsOfSpacedJobs(200, 10, absl::Milliseconds(12)), 10);
+}
+
+TEST(SchedulerDirectTest, WithoutAMaximumRateBackToBackJobsRunDirectly) {
+  EXPECT_EQ(DirectRunsOfSpacedJobs(0, 1000, absl::ZeroDuration()), 1000);
+}
+
 TEST(SchedulerDirectTest, WithoutTheFlagAJobGoesToAWorker) {
   Scheduler scheduler("cpu:0", SchedulerOptions{});
   std::atomic<std::thread::id> ran_on{};
