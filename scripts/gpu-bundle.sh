@@ -7,14 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-build-gpu}
-COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test stacked_test profile_sampling_gpu_test gpm_reader_gpu_test gpu_data_plane_test coalesce-server coalesce-cli coalesce-kernel-gap coalesce-cublaslt-algos abuse_test tls_test cuda_shm_gpu_test cuda_ipc_exporter}" \
+COALESCE_CUDA=ON TARGETS="${TARGETS:-coalesce-bench cuda_conformance_test stacked_test kernel_span_gpu_test profile_sampling_gpu_test gpm_reader_gpu_test gpu_data_plane_test coalesce-server coalesce-cli coalesce-kernel-gap coalesce-cublaslt-algos abuse_test tls_test cuda_shm_gpu_test cuda_ipc_exporter}" \
   scripts/build.sh
 rm -rf gpu-bundle gpu-bundle.tar.xz
 # Each binary is found by name anywhere in the build tree, so the bundle
 # does not depend on where the build places it.
 bins=()
 for name in coalesce-bench coalesce-kernel-gap coalesce-cublaslt-algos \
-            cuda_conformance_test stacked_test \
+            cuda_conformance_test stacked_test kernel_span_gpu_test \
             profile_sampling_gpu_test gpm_reader_gpu_test gpu_data_plane_test \
             coalesce-server coalesce abuse_test tls_test cuda_shm_gpu_test \
             cuda_ipc_exporter; do

@@ -4,7 +4,8 @@
 #   scripts/gpu-check.sh OUT_DIR [STEPS] [BENCH FLAGS...]
 # STEPS, comma-separated (default tests,sanitize,ncu,bench):
 #   tests     the GPU conformance suite, stacked launches (stacked_test:
-#             batches against each part alone), then handles in device memory
+#             batches against each part alone), the kernels' spans on the
+#             device's clock (kernel_span_gpu_test), then handles in device memory
 #             through a server (gpu_data_plane_test) and the CUPTI sampler
 #             (profile_sampling_gpu_test), NVML GPM's device-level counters
 #             under a copy loop (gpm_reader_gpu_test) and CUDA shared memory
@@ -177,8 +178,8 @@ if has tests; then
   echo "== GPU conformance suite"
   "$bin/cuda_conformance_test" 2>&1 | tail -n 30 | tee "$out/gpu-tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  for t in stacked_test gpu_data_plane_test profile_sampling_gpu_test \
-           gpm_reader_gpu_test cuda_shm_gpu_test; do
+  for t in stacked_test kernel_span_gpu_test gpu_data_plane_test \
+           profile_sampling_gpu_test gpm_reader_gpu_test cuda_shm_gpu_test; do
     [ -x "$bin/$t" ] || continue
     echo "== $t"
     "$bin/$t" 2>&1 | tail -n 30 | tee -a "$out/gpu-tests.log"

@@ -37,6 +37,14 @@ absl::string_view PlacementName(Placement p);
 // What one Execute measured.
 struct RunResult {
   double kernel_seconds = 0;  // the variant's Run, timed on the device
+  // The kernels' span on a clock of the device, in seconds: one clock for
+  // all of its streams and callers, so that the union of concurrent spans
+  // is the time the device ran kernels (CUDA events read against one
+  // anchor on a GPU, the steady clock on the CPU). Unknown where
+  // kernel_end <= kernel_begin, as on a sampled launch, whose time is the
+  // profiler's and has no place on the clock.
+  double kernel_begin = 0;
+  double kernel_end = 0;
   // Host time from the call's start to its kernels' release (host inputs
   // staged, copies and launches queued), and from there to its outputs in
   // place less kernel_seconds (0 on CPU, which computes in place).

@@ -102,8 +102,13 @@ class CpuBackend final : public Backend {
     absl::Status s = v.Run(p, host, ctx);
     const auto end = std::chrono::steady_clock::now();
     if (result != nullptr) {
+      const auto seconds = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(t.time_since_epoch()).count();
+      };
       result->kernel_seconds =
           std::chrono::duration<double>(end - start).count();
+      result->kernel_begin = seconds(start);
+      result->kernel_end = seconds(end);
       result->launch = ctx.launch;
     }
     return s;

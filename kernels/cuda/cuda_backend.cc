@@ -22,6 +22,7 @@
 #include "kernels/cuda/runtime/benchmark.h"
 #include "kernels/cuda/runtime/cuda_check.h"
 #include "kernels/cuda/runtime/device_buffers.h"
+#include "kernels/cuda/runtime/device_clock.h"
 #include "kernels/cuda/runtime/lane_pool.h"
 #include "kernels/cuda/runtime/resident_memory.h"
 #include "kernels/cuda/runtime/staging.h"
@@ -192,12 +193,14 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_.ordinal);
     lanes_.Shutdown();
     resident_.Shutdown();
+    clock_.Shutdown();
   }
 
   absl::Status Init() {
     COALESCE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
     COALESCE_RETURN_IF_ERROR(resident_.Init());
     COALESCE_RETURN_IF_ERROR(lanes_.Init(lane_count_));
+    COALESCE_RETURN_IF_ERROR(clock_.Init());
     COALESCE_ASSIGN_OR_RETURN(
         device_.measured_copy_bandwidth,
         cuda::MeasureCopyPeak(device_, lanes_.first_stream()));
@@ -413,6 +416,7 @@ class CudaBackend final : public Backend {
   absl::Status ExecuteOnLane(Lane& l, const KernelVariant& v, const Problem& p,
                              const Operands& operands, RunResult* result) {
     const Clock::time_point start = Clock::now();
+    const std::shared_ptr<const cuda::ClockAnchor> anchor = clock_.Current();
     const OperandSizes sizes = OperandBytes(p);
     cuda::DeviceBuffers bufs{l.stream, {}};
     Operands dev;
@@ -458,15 +462,16 @@ class CudaBackend final : public Backend {
       COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.kernel_stop));
     }
     return FillResult(l, ctx, counters, std::move(sample_error),
-                      {start, released, Clock::now()}, result);
+                      {start, released, Clock::now(), anchor.get()}, result);
   }
 
   using Clock = std::chrono::steady_clock;
   // A call's host times: its start, the release of its kernels (their
   // launches queued, the inputs' copies before them) and its end (the
-  // outputs in place).
+  // outputs in place); and the device clock's anchor, taken at the start.
   struct CallTimes {
     Clock::time_point start, released, end;
+    const cuda::ClockAnchor* anchor;
   };
 
   // The kernels' events (kernel_stop reached) and the launch, into result;
@@ -489,6 +494,15 @@ class CudaBackend final : public Backend {
           std::max(0.0, seconds(t.end - t.released) - kern * 1e-3);
       result->launch = ctx.launch;
       result->sample_error = std::move(sample_error);
+      if (t.anchor != nullptr && !counters.has_value()) {
+        // Telemetry only: a span that cannot be read stays unknown.
+        absl::StatusOr<cuda::ClockSpan> span =
+            cuda::DeviceClock::Span(*t.anchor, l.kernel_start, l.kernel_stop);
+        if (span.ok()) {
+          result->kernel_begin = span->begin;
+          result->kernel_end = span->end;
+        }
+      }
       if (counters.has_value()) {
         // The events around a profiled launch also time the profiler
         // (serialization, counter set-up): the GPU's own time of the
@@ -527,6 +541,7 @@ class CudaBackend final : public Backend {
       }
     };
     const Clock::time_point start = Clock::now();
+    const std::shared_ptr<const cuda::ClockAnchor> anchor = clock_.Current();
     StagingFill in_fill, out_fill;
     std::vector<cuda::CopySegment> gather, scatter;
 
@@ -657,7 +672,7 @@ class CudaBackend final : public Backend {
       std::memcpy(p.out, out_staging + p.offset, p.bytes);
     }
     return FillResult(l, ctx, counters, std::move(sample_error),
-                      {start, released, Clock::now()}, result);
+                      {start, released, Clock::now(), anchor.get()}, result);
   }
 
   // Destroyed in reverse: the sampler, the lanes' gates (the lanes
@@ -668,6 +683,7 @@ class CudaBackend final : public Backend {
   VariantRegistry registry_;
   cuda::LanePool lanes_;
   cuda::ResidentMemory resident_;
+  cuda::DeviceClock clock_;
   cuda::SampledLaunches sampling_;
 };
 absl::StatusOr<DeviceInfo> ProbeDevice(int ordinal) {

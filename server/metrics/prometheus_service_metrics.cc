@@ -1,5 +1,6 @@
 #include "server/metrics/prometheus_service_metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -185,10 +186,10 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
   // ---- How busy each device is.
   Family<Counter>& kernel_total = registry->AddCounter(
       "coalesce_device_kernel_seconds_total",
-      "Kernel time of every warm run on the device, in seconds, less "
-      "coalesce_device_event_overhead_seconds per launch; its rate is the "
-      "fraction of the time the device ran kernels (above 1 when runs "
-      "overlap).");
+      "Time the device ran kernels of warm runs, in seconds: the union of "
+      "the launches' spans across its streams, each less "
+      "coalesce_device_event_overhead_seconds; its rate is the fraction "
+      "of the time the device ran kernels.");
   Family<Gauge>& overhead_family = registry->AddGauge(
       "coalesce_device_event_overhead_seconds",
       "What the CUDA events that time a launch add to its span, measured at "
@@ -201,7 +202,11 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
     const Labels labels = DeviceLabels(backend.device_at(i));
     Counter* kernel = &kernel_total.Add(labels);
     const double overhead = backend.device_at(i).event_overhead_seconds;
-    device_kernel_time_.push_back({kernel, overhead});
+    // A launch's span arrives when its caller has read its events, a
+    // moment after it ended; one second covers any caller's delay.
+    device_kernel_time_.push_back({kernel, overhead,
+                                   std::make_unique<absl::Mutex>(),
+                                   std::make_unique<SpanUnion>(1.0)});
     overhead_family.Add(labels).Set(overhead);
     Gauge& busy = busy_family.Add(labels);
     registry->AddCollectHook(
@@ -589,9 +594,19 @@ void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
   const size_t device = static_cast<size_t>(kernel.run.device);
   if (device < device_kernel_time_.size()) {
     const DeviceKernelTime& time = device_kernel_time_[device];
-    // A sampled launch's time is the kernels' own (CUPTI), with no events.
-    const double overhead = kernel.run.sampled ? 0.0 : time.event_overhead;
-    time.seconds->Increment(NonNegative(kernel.run.kernel_seconds - overhead));
+    const RunResult& run = kernel.run;
+    if (run.kernel_end > run.kernel_begin) {
+      // Concurrent launches on other streams overlap this one: only the
+      // part of its span that none of theirs covered counts.
+      const double end =
+          std::max(run.kernel_begin, run.kernel_end - time.event_overhead);
+      absl::MutexLock lock(time.mu.get());
+      time.seconds->Increment(time.spans->Add(run.kernel_begin, end));
+    } else {
+      // A sampled launch's time is the kernels' own (CUPTI), with no events.
+      const double overhead = run.sampled ? 0.0 : time.event_overhead;
+      time.seconds->Increment(NonNegative(run.kernel_seconds - overhead));
+    }
   }
   h2d_seconds_[op]->Observe(NonNegative(kernel.run.h2d_seconds));
   d2h_seconds_[op]->Observe(NonNegative(kernel.run.d2h_seconds));

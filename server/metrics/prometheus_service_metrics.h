@@ -25,9 +25,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/core/backend.h"
 #include "server/metrics/registry.h"
 #include "server/metrics/service_metrics.h"
+#include "server/metrics/span_union.h"
 
 namespace coalesce::metrics {
 
@@ -116,10 +118,14 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   // Per kernel RPC (indexed by OpKind).
   std::array<Gauge*, kNumKernelRpcs> queued_{};
   // A device's busy counter and DeviceInfo::event_overhead_seconds, which
-  // each event-timed launch's time loses before it counts.
+  // each event-timed launch's time loses before it counts; and the union
+  // of its launches' kernel spans (RunResult::kernel_begin), which it
+  // counts where the backend gave them.
   struct DeviceKernelTime {
     Counter* seconds;
     double event_overhead;
+    std::unique_ptr<absl::Mutex> mu;
+    std::unique_ptr<SpanUnion> spans;
   };
   std::vector<DeviceKernelTime> device_kernel_time_;  // by device index
   std::array<Histogram*, kNumKernelRpcs> queue_seconds_{};
