@@ -152,7 +152,8 @@ void AddSchedulerMetrics(metrics::Registry* registry,
       registry
           ->AddCounter("coalesce_device_direct_runs_total",
                        "Requests run on the thread that received them, the "
-                       "device being idle (--direct_run_max_bytes).")
+                       "device being idle and below --direct_run_max_rate "
+                       "(--direct_run_max_bytes).")
           .Add(labels);
   registry->AddCollectHook(
       [&queued, &queued_bytes, &running, &direct, scheduler] {
