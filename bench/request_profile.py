@@ -91,6 +91,9 @@ def stages(args):
 
 def busy(args):
     kernels = []
+    # Per stream, from a launch gate's end to the next kernel's start: the
+    # launch's start event fires in between, so its span includes this.
+    gate_end, gate_gaps = {}, []
     with open(args.csv, newline='') as f:
         for row in csv.DictReader(f):
             start = row.get('Start (ns)')
@@ -98,10 +101,15 @@ def busy(args):
             name = row.get('Name', '')
             if start is None or dur is None or name.startswith('[CUDA'):
                 continue
-            if 'GateKernel' in name:
-                continue
             s = int(float(start))
-            kernels.append((s, s + int(float(dur))))
+            e = s + int(float(dur))
+            stream = row.get('Strm')
+            if 'GateKernel' in name:
+                gate_end[stream] = e
+                continue
+            if stream in gate_end:
+                gate_gaps.append((s, s - gate_end.pop(stream)))
+            kernels.append((s, e))
     if not kernels:
         sys.exit(f'no kernels in {args.csv}')
     kernels.sort()
@@ -122,7 +130,14 @@ def busy(args):
     wall = end - begin
     print(f'nsys, last {args.window:.3f} s of kernels: {n} kernels; '
           f'sum/wall {total / wall:.3f}, union/wall {union / wall:.3f}')
+    gaps = sorted(g for s, g in gate_gaps if s >= begin)
+    if gaps:
+        print(f'gate end to kernel start on a stream: median '
+              f'{gaps[len(gaps) // 2] / 1e3:.2f} us, mean '
+              f'{sum(gaps) / len(gaps) / 1e3:.2f} us ({len(gaps)} launches)')
     if args.server_busy is not None:
+        over = (args.server_busy - union / wall) * wall / max(n, 1)
+        print(f'server over the union: {over / 1e3:.2f} us per kernel')
         print(f'server coalesce_device_kernel_seconds_total rate '
               f'{args.server_busy:.3f}: {100 * (args.server_busy - union / wall):+.1f} '
               f'points against the union, '

@@ -10,6 +10,8 @@
 #             (profile_sampling_gpu_test), NVML GPM's device-level counters
 #             under a copy loop (gpm_reader_gpu_test) and CUDA shared memory
 #             from another process through the KServe API (cuda_shm_gpu_test)
+#             (TESTS_CONFORMANCE_FILTER: a gtest filter of the conformance
+#             suite, default all)
 #   sanitize  compute-sanitizer memcheck and racecheck over that suite
 #             (every variant, resident operands, chained transposes;
 #             SANITIZE_SKIP_CONFORMANCE=1 leaves it out), over the stacked
@@ -75,7 +77,9 @@
 #             "LABEL=FLAGS;LABEL=FLAGS..." (FLAGS may be empty), each
 #             server's requests step (batching on; the REQUESTS_* knobs
 #             above apply) in ab-LABEL-ROUND/, REQUESTS_AB_ROUNDS rounds
-#             (default 2), the order reversed every other round; then
+#             (default 2), the order reversed every other round
+#             (REQUESTS_AB_SERVER_LABEL: another coalesce-server binary for
+#             LABEL's server, a baseline build's, say); then
 #             requests-ab.md, each server's req/s over the first's, round
 #             by round (bench/request_ab.py)
 #   latency   where a lone request's time goes: a fresh server per
@@ -99,6 +103,7 @@
 #             nsys' kernel sum and union over the same length
 #             (bench/request_profile.py busy; skipped without nsys) and
 #             nvidia-smi's utilization sampled every 100 ms; busy-*.txt
+#             (BUSY_SERVER: another coalesce-server binary)
 #             (the Nsight Systems reports of busy and latency are deleted
 #             once read, their traces kept as CSV; KEEP_NSYS_REP=1 keeps
 #             them)
@@ -176,7 +181,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 status=0
 if has tests; then
   echo "== GPU conformance suite"
-  "$bin/cuda_conformance_test" 2>&1 | tail -n 30 | tee "$out/gpu-tests.log"
+  "$bin/cuda_conformance_test" --gtest_filter="${TESTS_CONFORMANCE_FILTER:-*}" \
+    2>&1 | tail -n 30 | tee "$out/gpu-tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   for t in stacked_test kernel_span_gpu_test gpu_data_plane_test \
            profile_sampling_gpu_test gpm_reader_gpu_test cuda_shm_gpu_test; do
@@ -590,7 +596,9 @@ if has requests-ab; then
     for set in "${order[@]}"; do
       label=${set%%=*}
       echo "-- round $round: $label (${set#*=})"
-      REQUESTS_FLAGS="${set#*=}" REQUESTS_BATCHING=on \
+      server_var=REQUESTS_AB_SERVER_$label
+      REQUESTS_SERVER="${!server_var:-}" REQUESTS_FLAGS="${set#*=}" \
+        REQUESTS_BATCHING=on \
         "$0" "$out/ab-$label-$round" requests >"$out/ab-$label-$round.log" 2>&1 ||
         status=1
       ab_args+=("$label=$out/ab-$label-$round")
@@ -666,6 +674,7 @@ if has latency; then
 fi
 if has busy; then
   echo "== GPU busy: the server's ratio against Nsight Systems and nvidia-smi"
+  server_bin=${BUSY_SERVER:-}
   [ -n "$nsys_bin" ] || echo "busy: Nsight Systems not found; nvidia-smi only"
   # name transport bytes concurrency [shape] [op]
   while read -r name tr bytes conc shape op; do
@@ -713,6 +722,7 @@ t16m handle 16777216 64
 t64k pipeline 65536 64
 ln16 pipeline 65536 256 16,1024 gelu-ln
 EOF
+  server_bin=
 fi
 if has kserve; then
   echo "== KServe v2 (perf_analyzer) against coalesce.v1 (coalesce-bench)"
