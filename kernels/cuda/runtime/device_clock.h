@@ -15,7 +15,6 @@
 
 #include <chrono>
 #include <memory>
-#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
