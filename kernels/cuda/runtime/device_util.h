@@ -72,8 +72,12 @@ absl::Status FillRandomDevice(void* data, DType t, int64_t n, uint64_t seed,
 // kernel time, tens of microseconds on a server thread. The gate is a
 // one-thread kernel polling a flag in pinned host memory; it passes anyway
 // after `timeout_ns` (a cold launch loading its module, a host thread that
-// stalls), so a stream is never held for long. One gate per stream; not
-// thread-safe.
+// stalls), so a stream is never held for long. A stream memory wait
+// (cuStreamWaitValue32) has no such timeout: under lazy module loading, the
+// CUDA default, the first launch of a kernel behind it loads the module
+// inside the launch call, which waits for the device, so the host never
+// opens the gate. With eager loading it ran, but its spans read no closer to
+// a trace's kernels than the kernel's. One gate per stream; not thread-safe.
 class LaunchGate {
  public:
   static constexpr uint64_t kDefaultTimeoutNs = 50'000'000;  // 50 ms
