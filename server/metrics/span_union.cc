@@ -20,8 +20,7 @@ double SpanUnion::Add(double begin, double end) {
     it = spans_.erase(it);
   }
   spans_.emplace(merged_begin, merged_end);
-  latest_end_ = any_ ? std::max(latest_end_, merged_end) : merged_end;
-  any_ = true;
+  latest_end_ = std::max(latest_end_, merged_end);
   while (spans_.begin()->second < latest_end_ - horizon_) {
     spans_.erase(spans_.begin());
   }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <map>
 
 namespace coalesce::metrics {
@@ -24,8 +25,7 @@ class SpanUnion {
 
  private:
   const double horizon_;
-  bool any_ = false;
-  double latest_end_ = 0;
+  double latest_end_ = -std::numeric_limits<double>::infinity();
   std::map<double, double> spans_;  // begin -> end, disjoint
 };
 
