@@ -217,6 +217,18 @@ class ServiceMetricsTest : public testing::Test {
     stub_ = v1::TensorOps::NewStub(server_->InProcessChannel(args));
   }
   void SetUp() override { Start(CreateCpuBackend(2)); }
+  // Serves a LaunchingBackend instead; the test steers it by the pointer.
+  LaunchingBackend* StartLaunching() {
+    auto backend = std::make_unique<LaunchingBackend>();
+    LaunchingBackend* launching = backend.get();
+    Start(std::move(backend));
+    return launching;
+  }
+  // The served device's labels: neither test backend has a GPU ordinal or
+  // UUID, so those labels are empty.
+  Labels DeviceLabels() const {
+    return {{"device", backend_->device().name}, {"gpu", ""}, {"gpu_uuid", ""}};
+  }
 
   std::map<std::string, double> Scrape() {
     return Parse(server_->registry->Serialize());
@@ -268,9 +280,7 @@ TEST_F(ServiceMetricsTest, KernelOpSeriesExistBeforeAnyRequest) {
   EXPECT_EQ(s.count(Key("coalesce_requests_total",
                         {{"op", "transpose"}, {"code", "INVALID_ARGUMENT"}})),
             0u);
-  // The CPU backend has no GPU ordinal or UUID: those labels are empty.
-  const Labels device = {
-      {"device", backend_->device().name}, {"gpu", ""}, {"gpu_uuid", ""}};
+  const Labels device = DeviceLabels();
   EXPECT_GT(s.at(Key("coalesce_device_memory_used_bytes", device)), 1 << 20);
   EXPECT_GT(s.at(Key("coalesce_device_memory_total_bytes", device)),
             s.at(Key("coalesce_device_memory_used_bytes", device)));
@@ -536,21 +546,16 @@ TEST_F(ServiceMetricsTest, LaunchFiguresAndCopyPeakWhenTheBackendHasThem) {
   EXPECT_EQ(
       s.at(Key("coalesce_request_d2h_seconds_sum", {{"op", "transpose"}})),
       LaunchingBackend::kD2h);
-  EXPECT_EQ(s.at(Key("coalesce_device_copy_peak_bytes_per_second",
-                     {{"device", backend_->device().name},
-                      {"gpu", ""},
-                      {"gpu_uuid", ""}})),
-            LaunchingBackend::kCopyPeak);
+  EXPECT_EQ(
+      s.at(Key("coalesce_device_copy_peak_bytes_per_second", DeviceLabels())),
+      LaunchingBackend::kCopyPeak);
 }
 
 // The busy counter takes the events' own cost off each event-timed launch;
 // a sampled launch's time is the kernels' own and counts whole.
 TEST_F(ServiceMetricsTest, DeviceKernelTimeLessTheEventOverhead) {
-  auto backend = std::make_unique<LaunchingBackend>();
-  LaunchingBackend* launching = backend.get();
-  Start(std::move(backend));
-  const Labels device = {
-      {"device", backend_->device().name}, {"gpu", ""}, {"gpu_uuid", ""}};
+  LaunchingBackend* launching = StartLaunching();
+  const Labels device = DeviceLabels();
   grpc::ClientContext context;
   v1::TransposeResponse response;
   ASSERT_TRUE(stub_->Transpose(&context, Transpose(128, 64), &response).ok());
@@ -578,11 +583,8 @@ TEST_F(ServiceMetricsTest, DeviceKernelTimeLessTheEventOverhead) {
 // Launches that overlap on the device's clock (several streams) count the
 // time they cover once, not each its own.
 TEST_F(ServiceMetricsTest, OverlappingLaunchesCountTheirUnion) {
-  auto backend = std::make_unique<LaunchingBackend>();
-  LaunchingBackend* launching = backend.get();
-  Start(std::move(backend));
-  const Labels device = {
-      {"device", backend_->device().name}, {"gpu", ""}, {"gpu_uuid", ""}};
+  LaunchingBackend* launching = StartLaunching();
+  const Labels device = DeviceLabels();
   constexpr double k = LaunchingBackend::kKernel;
   constexpr double o = LaunchingBackend::kEventOverhead;
   launching->SpaceSpans(k / 2);
@@ -599,9 +601,7 @@ TEST_F(ServiceMetricsTest, OverlappingLaunchesCountTheirUnion) {
 }
 
 TEST_F(ServiceMetricsTest, SampledCountersOfSampledRequestsOnly) {
-  auto backend = std::make_unique<LaunchingBackend>();
-  LaunchingBackend* launching = backend.get();
-  Start(std::move(backend));
+  LaunchingBackend* launching = StartLaunching();
   grpc::ClientContext unsampled_context;
   v1::TransposeResponse response;
   ASSERT_TRUE(
