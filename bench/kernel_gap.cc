@@ -26,7 +26,13 @@
 //             two around the kernel, with four) against a CUDA graph of the
 //             same work,
 //             replayed as is and re-captured with new buffers each time
-//             (cudaGraphExecUpdate), at 1 KiB and 64 KiB each way
+//             (cudaGraphExecUpdate), at 1 KiB and 64 KiB each way; and a
+//             pipelined request's calls (the launch gate closed, the kernel
+//             between two events on device operands, the gate opened).
+//             --submit_pause_us adds a pause before each request, spent
+//             asleep (as a server thread waits for the next request) and
+//             spinning (the CPU kept awake): what a lone client's requests,
+//             a round trip apart, find
 // --parts picks among empty, copy and submit (the peak is always measured).
 // A progress line goes to stderr per measurement; the table goes to stdout.
 #include <cuda_runtime.h>
@@ -39,6 +45,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -48,6 +55,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -62,6 +70,10 @@ ABSL_FLAG(std::vector<std::string>, parts,
           std::vector<std::string>({"empty", "copy", "submit"}),
           "what to measure: empty, copy, submit");
 ABSL_FLAG(int, requests, 2000, "requests timed per submit measurement");
+ABSL_FLAG(std::vector<std::string>, submit_pause_us,
+          std::vector<std::string>({"0"}),
+          "pauses before each submitted request, microseconds; each pause "
+          "above 0 is measured asleep and spinning");
 
 namespace coalesce {
 namespace {
@@ -258,11 +270,42 @@ struct PinnedMemory {
 // the same work (events as nodes) replayed as is, which is the least a
 // graph can cost; and re-captured each time over alternating buffers and
 // swapped in by cudaGraphExecUpdate, as requests whose buffers change would
-// need. Returns the JSON member; prints the table.
+// need; and a pipelined request as the lane submits it (the launch gate
+// closed, the kernel between two events on device operands, the gate
+// opened). Each after each pause of --submit_pause_us, asleep and spinning.
+// Returns the JSON member; prints the table.
 absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
   using Clock = std::chrono::steady_clock;
   const int requests = std::max(10, absl::GetFlag(FLAGS_requests));
   const int warmup = std::max(10, requests / 20);
+  // (microseconds, asleep): 0 is no pause at all.
+  std::vector<std::pair<int, bool>> pauses;
+  for (const std::string& text : absl::GetFlag(FLAGS_submit_pause_us)) {
+    int us = 0;
+    if (!absl::SimpleAtoi(text, &us) || us < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--submit_pause_us: \"", text, "\" is not a whole number >= 0"));
+    }
+    if (us == 0) {
+      pauses.push_back({0, false});
+    } else {
+      pauses.push_back({us, true});
+      pauses.push_back({us, false});
+    }
+  }
+  const auto pause = [](int us, bool asleep) {
+    if (us == 0) return;
+    const auto d = std::chrono::microseconds(us);
+    if (asleep) {
+      std::this_thread::sleep_for(d);
+      return;
+    }
+    const Clock::time_point until = Clock::now() + d;
+    while (Clock::now() < until) {
+    }
+  };
+  COALESCE_ASSIGN_OR_RETURN(std::unique_ptr<cuda::LaunchGate> gate,
+                            cuda::LaunchGate::Create());
   cudaStream_t stream = p.stream();
   cudaEvent_t ev[4] = {};
   struct Events {
@@ -274,8 +317,8 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
   for (cudaEvent_t& e : ev) {
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
   }
-  absl::PrintF("\n%12s %-30s %9s %9s\n", "bytes each", "one request (median)",
-               "wall us", "submit us");
+  absl::PrintF("\n%12s %-30s %-12s %9s %9s\n", "bytes each",
+               "one request (median)", "pause", "wall us", "submit us");
   std::vector<std::string> rows;
   for (const int64_t bytes : {int64_t{1024}, int64_t{65536}}) {
     PinnedMemory pinned;
@@ -343,34 +386,65 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
            return CudaStatus(cudaGraphLaunch(exec, stream), "cudaGraphLaunch",
                              __FILE__, __LINE__);
          }},
+        {"pipelined, gated",
+         [&](int r) -> absl::Status {
+           const int set = r & 1;
+           COALESCE_RETURN_IF_ERROR(gate->Close(stream));
+           COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream));
+           COALESCE_RETURN_IF_ERROR(
+               cuda::LaunchCopy(3, din[set], dout[set], bytes, stream));
+           COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], stream));
+           gate->Open();
+           return absl::OkStatus();
+         }},
     };
-    for (const auto& [name, submit] : modes) {
-      absl::FPrintF(stderr, "[submit] %d bytes each way: %s...\n", bytes, name);
-      std::memset(hout, 0xff, bytes);
-      std::vector<double> wall, host;
-      for (int r = 0; r < warmup + requests; ++r) {
-        const Clock::time_point t0 = Clock::now();
-        COALESCE_RETURN_IF_ERROR(submit(r));
-        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[3], stream));
-        const Clock::time_point t1 = Clock::now();
-        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ev[3]));
-        const Clock::time_point t2 = Clock::now();
-        if (r < warmup) continue;
-        host.push_back(
-            std::chrono::duration<double, std::micro>(t1 - t0).count());
-        wall.push_back(
-            std::chrono::duration<double, std::micro>(t2 - t0).count());
+    // The pipelined mode's input, for its check: both sets hold hin.
+    for (int set = 0; set < 2; ++set) {
+      COALESCE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(din[set], hin, bytes, cudaMemcpyHostToDevice));
+    }
+    for (const auto& [us, asleep] : pauses) {
+      const std::string pause_name =
+          us == 0 ? "-" : absl::StrCat(asleep ? "sleep " : "spin ", us);
+      for (const auto& [name, submit] : modes) {
+        absl::FPrintF(stderr, "[submit] %d bytes each way: %s, pause %s...\n",
+                      bytes, name, pause_name);
+        std::memset(hout, 0xff, bytes);
+        for (int set = 0; set < 2; ++set) {
+          COALESCE_CUDA_RETURN_IF_ERROR(cudaMemset(dout[set], 0xff, bytes));
+        }
+        std::vector<double> wall, host;
+        for (int r = 0; r < warmup + requests; ++r) {
+          pause(us, asleep);
+          const Clock::time_point t0 = Clock::now();
+          COALESCE_RETURN_IF_ERROR(submit(r));
+          COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[3], stream));
+          const Clock::time_point t1 = Clock::now();
+          COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ev[3]));
+          const Clock::time_point t2 = Clock::now();
+          if (r < warmup) continue;
+          host.push_back(
+              std::chrono::duration<double, std::micro>(t1 - t0).count());
+          wall.push_back(
+              std::chrono::duration<double, std::micro>(t2 - t0).count());
+        }
+        // The pipelined mode leaves its output on the device.
+        if (std::strcmp(name, "pipelined, gated") == 0) {
+          COALESCE_CUDA_RETURN_IF_ERROR(
+              cudaMemcpy(hout, dout[1], bytes, cudaMemcpyDeviceToHost));
+        }
+        if (std::memcmp(hout, hin, bytes) != 0) {
+          return absl::InternalError(absl::StrCat(
+              name, ": the request's output differs from its input"));
+        }
+        absl::PrintF("%12d %-30s %-12s %9.2f %9.2f\n", bytes, name, pause_name,
+                     Median(wall), Median(host));
+        rows.push_back(absl::StrFormat(
+            "{\"bytes_each_way\":%d,\"mode\":\"%s\",\"pause_us\":%d,"
+            "\"asleep\":%s,\"wall_us\":%.3f,\"submit_us\":%.3f}",
+            bytes, name, us, asleep ? "true" : "false", Median(wall),
+            Median(host)));
       }
-      if (std::memcmp(hout, hin, bytes) != 0) {
-        return absl::InternalError(absl::StrCat(
-            name, ": the request's output differs from its input"));
-      }
-      absl::PrintF("%12d %-30s %9.2f %9.2f\n", bytes, name, Median(wall),
-                   Median(host));
-      rows.push_back(absl::StrFormat(
-          "{\"bytes_each_way\":%d,\"mode\":\"%s\",\"wall_us\":%.3f,"
-          "\"submit_us\":%.3f}",
-          bytes, name, Median(wall), Median(host)));
     }
   }
   return absl::StrCat("\"submit\":{\"requests\":", requests, ",\"rows\":[",

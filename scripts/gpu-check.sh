@@ -33,7 +33,9 @@
 #             back (empty kernels, copies from 1 to 256 MiB each way, block
 #             timelines from the global timer, one request's submission as
 #             stream calls against a CUDA graph); gap.json, gap.txt
-#             (GAP_PARTS: a subset of empty,copy,submit)
+#             (GAP_PARTS: a subset of empty,copy,submit;
+#             GAP_SUBMIT_PAUSE_US: pauses before each submitted request,
+#             e.g. 0,150,300, each above 0 asleep and spinning)
 #   cublaslt  coalesce-cublaslt-algos: cuBLASLt's heuristic algorithms for
 #             the GEMM shapes of CUBLASLT_SHAPES (a file, default the float32
 #             GEMMs of the held-out selection sweep's worst picks), each
@@ -238,7 +240,9 @@ fi
 if has gap; then
   echo "== kernel boundary: coalesce-kernel-gap"
   "$bin/coalesce-kernel-gap" --json="$out/gap.json" \
-    ${GAP_PARTS:+--parts="$GAP_PARTS"} | tee "$out/gap.txt"
+    ${GAP_PARTS:+--parts="$GAP_PARTS"} \
+    ${GAP_SUBMIT_PAUSE_US:+--submit_pause_us="$GAP_SUBMIT_PAUSE_US"} |
+    tee "$out/gap.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has cublaslt; then
