@@ -43,13 +43,18 @@
 // phase: "server busy" is the delta of coalesce_device_kernel_seconds_total
 // over the timed seconds (the server's own kernel time, above 1 when runs
 // overlap), "mean batch" the delta of coalesce_batch_size_sum over that of
-// coalesce_batch_size_count (requests per device launch). "-" (JSON null):
-// not measured, or the metric is absent.
+// coalesce_batch_size_count (requests per device launch) and "srv cpu us"
+// the delta of process_cpu_seconds_total per timed request (the server's
+// CPU time, every thread). "cli cpu us" is this client's own CPU time per
+// timed request: with both on one host, their sum times req/s against the
+// host's cores says whether the CPUs bound the rate. "-" (JSON null): not
+// measured, or the metric is absent.
 #include "bench/service_bench.h"
 
 #include <fcntl.h>
 #include <netdb.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -236,6 +241,10 @@ struct PhaseResult {
   std::optional<double> kernel_seconds;  // median of the probe's reports
   std::optional<double> echo_rps, echo_p50_ms;
   std::optional<double> server_busy, mean_batch;
+  // CPU time per completed request, microseconds: the server's
+  // (process_cpu_seconds_total) and this client's own (every thread of it,
+  // the workers' included).
+  std::optional<double> server_cpu_us, client_cpu_us;
 };
 
 std::string SizeLabel(int64_t bytes) {
@@ -813,7 +822,7 @@ std::optional<double> MetricSum(absl::string_view text,
 
 // What RunPhase reads from a scrape.
 struct ServerMetrics {
-  std::optional<double> kernel_seconds, batches, batched_requests;
+  std::optional<double> kernel_seconds, batches, batched_requests, cpu_seconds;
 };
 
 // Scrapes --metrics; all empty when it is off or the scrape failed (said on
@@ -828,7 +837,18 @@ ServerMetrics ScrapeServerMetrics() {
   }
   return {MetricSum(*text, "coalesce_device_kernel_seconds_total"),
           MetricSum(*text, "coalesce_batch_size_count"),
-          MetricSum(*text, "coalesce_batch_size_sum")};
+          MetricSum(*text, "coalesce_batch_size_sum"),
+          MetricSum(*text, "process_cpu_seconds_total")};
+}
+
+// This process's user and system CPU time, seconds.
+double ClientCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6;
+  };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
 double Percentile(const std::vector<double>& sorted, double q) {
@@ -904,6 +924,7 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
   std::this_thread::sleep_for(
       std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup_s)));
   const ServerMetrics before = ScrapeServerMetrics();
+  const double client_cpu_before = ClientCpuSeconds();
   const Clock::time_point start = Clock::now();
   measuring.store(true);
   const double duration = absl::GetFlag(FLAGS_duration_s);
@@ -926,6 +947,7 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
       break;
     }
   }
+  const double client_cpu_after = ClientCpuSeconds();
   const ServerMetrics after = ScrapeServerMetrics();
   for (std::thread& t : threads) t.join();
   std::fprintf(stderr, "\n");
@@ -960,6 +982,13 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
       after.batched_requests && *after.batches > *before.batches) {
     r.mean_batch = (*after.batched_requests - *before.batched_requests) /
                    (*after.batches - *before.batches);
+  }
+  if (r.requests > 0) {
+    r.client_cpu_us = (client_cpu_after - client_cpu_before) * 1e6 / r.requests;
+    if (before.cpu_seconds && after.cpu_seconds) {
+      r.server_cpu_us =
+          (*after.cpu_seconds - *before.cpu_seconds) * 1e6 / r.requests;
+    }
   }
   return r;
 }
@@ -1008,14 +1037,16 @@ std::string ToJson(const PhaseResult& r) {
       "\"vs_echo\":{\"requests_per_second\":%.4f,\"GBps\":%.4f},"
       "\"kernel_seconds\":%s,\"bound_rps\":%s,\"busy\":%s,"
       "\"echo_rps\":%s,\"echo_p50_ms\":%s,\"server_busy\":%s,"
-      "\"mean_batch\":%s,\"first_error\":\"%s\"}",
+      "\"mean_batch\":%s,\"server_cpu_us\":%s,\"client_cpu_us\":%s,"
+      "\"first_error\":\"%s\"}",
       r.phase.op, r.phase.transport, r.phase.protocol, r.phase.tensor_bytes,
       r.phase.concurrency, r.requests, r.errors, r.seconds,
       r.requests_per_second, r.gbps, r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms,
       r.rps_vs_echo, r.gbps_vs_echo, JsonNumber(r.kernel_seconds),
       JsonNumber(BoundRps(r)), JsonNumber(Busy(r)), JsonNumber(r.echo_rps),
       JsonNumber(r.echo_p50_ms), JsonNumber(r.server_busy),
-      JsonNumber(r.mean_batch), JsonEscape(r.first_error));
+      JsonNumber(r.mean_batch), JsonNumber(r.server_cpu_us),
+      JsonNumber(r.client_cpu_us), JsonEscape(r.first_error));
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag,
@@ -1166,18 +1197,18 @@ int RunServiceBench() {
 
   std::printf(
       "%-10s %-9s %9s %5s %9s %11s %9s %9s %9s %9s %9s %7s %7s %6s %10s %11s "
-      "%6s %11s %11s %11s %10s\n",
+      "%6s %11s %11s %11s %10s %10s %10s\n",
       "op", "transport", "bytes", "conc", "requests", "req/s", "GB/s", "p50 ms",
       "p90 ms", "p99 ms", "max ms", "xreq/s", "xGB/s", "errors", "kernel us",
       "bound req/s", "busy", "echo req/s", "echo p50 ms", "server busy",
-      "mean batch");
+      "mean batch", "srv cpu us", "cli cpu us");
   std::vector<std::string> rows;
   for (const PhaseResult& r : results) {
     std::optional<double> kernel_us;
     if (r.kernel_seconds) kernel_us = *r.kernel_seconds * 1e6;
     std::printf(
         "%-10s %-9s %9s %5d %9lld %11.1f %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f "
-        "%7.3f %6lld %10s %11s %6s %11s %11s %11s %10s\n",
+        "%7.3f %6lld %10s %11s %6s %11s %11s %11s %10s %10s %10s\n",
         r.phase.op.c_str(), TransportLabel(r.phase).c_str(),
         SizeLabel(r.phase.tensor_bytes).c_str(), r.phase.concurrency,
         static_cast<long long>(r.requests), r.requests_per_second, r.gbps,
@@ -1185,7 +1216,8 @@ int RunServiceBench() {
         static_cast<long long>(r.errors), Cell(kernel_us, 1).c_str(),
         Cell(BoundRps(r), 1).c_str(), Cell(Busy(r), 3).c_str(),
         Cell(r.echo_rps, 1).c_str(), Cell(r.echo_p50_ms, 3).c_str(),
-        Cell(r.server_busy, 3).c_str(), Cell(r.mean_batch, 2).c_str());
+        Cell(r.server_busy, 3).c_str(), Cell(r.mean_batch, 2).c_str(),
+        Cell(r.server_cpu_us, 1).c_str(), Cell(r.client_cpu_us, 1).c_str());
     rows.push_back(ToJson(r));
   }
   const std::string path = absl::GetFlag(FLAGS_json);

@@ -91,6 +91,7 @@ def main():
         if results[0]["op"] != "echo":
             print("echo must run first")
             return 1
+        client_cpu = 0.0
         for r in results:
             for key in ("tensor_bytes", "concurrency", "requests", "errors",
                         "seconds", "requests_per_second", "GBps",
@@ -120,6 +121,13 @@ def main():
             if r["server_busy"] is None or r["server_busy"] < 0:
                 print("no server busy: %s" % r)
                 return 1
+            # CPU per request: the server's counter moves in clock ticks, so
+            # a short phase may read 0; the client's own is never empty.
+            if r.get("server_cpu_us") is None or r["server_cpu_us"] < 0 or \
+                    r.get("client_cpu_us") is None or r["client_cpu_us"] < 0:
+                print("no CPU per request: %s" % r)
+                return 1
+            client_cpu += r["client_cpu_us"]
             if r["op"] == "echo":
                 if r["kernel_seconds"] is not None:
                     print("echo has a kernel time: %s" % r)
@@ -134,6 +142,9 @@ def main():
                         r["busy"], 1e-9):
                 print("bound or busy inconsistent: %s" % r)
                 return 1
+        if not client_cpu > 0:
+            print("the client's CPU time never moved: %s" % results)
+            return 1
         return 0
     finally:
         server.terminate()
