@@ -10,7 +10,11 @@ requests-ln16.json, requests-t128.json: the batching-on server's; another
 target of the request path becomes a row: what it asks, the figure of this
 run, and PASS, MISS or "-" where the run lacks the case. Every comparison
 is against Echo of the same run (each case's own Echo, or the 1 KiB Echo
-where a target names it).
+where a target names it). Where the rows carry CPU time per request
+(coalesce-bench service with --metrics), the rate targets at concurrency
+64 name the server's against Echo's, and the Echo lines the cores that
+server and client kept busy: with both on one host, whether its CPUs bound
+the rate.
 
 Targets:
   - 64 KiB inline and handle at concurrency 1: p50 at most Echo's p50 +
@@ -60,6 +64,15 @@ def p50_ms(row):
     return row["latency_ms"]["p50"]
 
 
+def server_cpu(row, echo):
+    """'; server CPU N us a request (Echo M)', or '' without the figures."""
+    mine = row.get("server_cpu_us")
+    theirs = echo.get("server_cpu_us") if echo else None
+    if mine is None or theirs is None:
+        return ""
+    return f"; server CPU {mine:.0f} us a request (Echo {theirs:.0f})"
+
+
 def p50_against(row, echo_p50):
     """(the figure, whether row's p50 is within P50_SLACK_MS of echo_p50)"""
     extra_us = (p50_ms(row) - echo_p50) * 1e3
@@ -97,6 +110,7 @@ def targets(directory, prefix="requests"):
         figure = f"{ratio:.3f}x"
         if r.get("mean_batch"):
             figure += f" ({r['mean_batch']:.2f} per launch)"
+        figure += server_cpu(r, find(t64k, "echo", "inline", 64))
         return figure, ratio >= 0.95
 
     add(">= 0.95x Echo", "64 KiB inline, conc. 64",
@@ -109,8 +123,8 @@ def targets(directory, prefix="requests"):
 
     def over_echo_rate(r):
         ratio = r["requests_per_second"] / echo1k[64]["requests_per_second"]
-        return (f"{r['requests_per_second']:.0f} req/s, {ratio:.3f}x",
-                ratio >= 1.0)
+        return (f"{r['requests_per_second']:.0f} req/s, {ratio:.3f}x"
+                f"{server_cpu(r, echo1k[64])}", ratio >= 1.0)
 
     for rows, size, transport in resident:
         add(">= 1.0x the 1 KiB Echo rate", f"{size} {transport}, conc. 64",
@@ -156,9 +170,15 @@ def markdown(rows, echo1k):
     for c, echo in echo1k.items():
         if echo is not None:
             lines.append("")
-            lines.append(f"1 KiB Echo at concurrency {c}: "
-                         f"{echo['requests_per_second']:.0f} req/s, p50 "
-                         f"{p50_ms(echo) * 1e3:.0f} us.")
+            line = (f"1 KiB Echo at concurrency {c}: "
+                    f"{echo['requests_per_second']:.0f} req/s, p50 "
+                    f"{p50_ms(echo) * 1e3:.0f} us")
+            srv, cli = echo.get("server_cpu_us"), echo.get("client_cpu_us")
+            if srv is not None and cli is not None:
+                cores = (srv + cli) * echo["requests_per_second"] / 1e6
+                line += (f"; CPU a request: server {srv:.0f} us, client "
+                         f"{cli:.0f} us ({cores:.1f} cores at this rate)")
+            lines.append(line + ".")
     return "\n".join(lines) + "\n"
 
 

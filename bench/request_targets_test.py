@@ -49,10 +49,12 @@ class RequestTargetsTest(unittest.TestCase):
             ])
             write(d, "t1k", [
                 row("echo", "inline", 1, 6000, 0.180, 6000, 0.180),
-                row("echo", "inline", 64, 30000, 2.0, 30000, 2.0),
+                row("echo", "inline", 64, 30000, 2.0, 30000, 2.0,
+                    server_cpu_us=150, client_cpu_us=250),
                 row("transpose", "handle", 1, 5000, 0.219, 6000, 0.180),
                 row("transpose", "pipeline", 1, 5000, 0.221, 6000, 0.180),
-                row("transpose", "handle", 64, 27000, 2.0, 30000, 2.0),
+                row("transpose", "handle", 64, 27000, 2.0, 30000, 2.0,
+                    server_cpu_us=190.4, client_cpu_us=260),
                 row("transpose", "pipeline", 64, 30000, 2.0, 30000, 2.0),
             ])
             write(d, "t16m", [
@@ -104,8 +106,15 @@ class RequestTargetsTest(unittest.TestCase):
             self.assertEqual(
                 lines[(">= 1.0x the ", "64 KiB handle, conc. 64")][0],
                 "30300 req/s, 1.010x")
-            self.assertIn("1 KiB Echo at concurrency 64: 30000 req/s",
-                          result.stdout)
+            self.assertEqual(
+                lines[(">= 1.0x the ", "1 KiB handle, conc. 64")][0],
+                "27000 req/s, 0.900x; server CPU 190 us a request (Echo 150)")
+            self.assertIn(
+                "1 KiB Echo at concurrency 64: 30000 req/s, p50 2000 us; CPU "
+                "a request: server 150 us, client 250 us (12.0 cores at this "
+                "rate).", result.stdout)
+            self.assertIn("1 KiB Echo at concurrency 1: 6000 req/s, p50 180 "
+                          "us.", result.stdout)
 
     def test_a_directory_without_the_cases_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
