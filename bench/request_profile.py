@@ -19,14 +19,20 @@
   request_profile.py timeline NSYS_SQLITE
       A lone request's path through the server's threads, from an Nsight
       Systems trace exported to SQLite (`-t cuda,osrt`; gpu-check.sh
-      latency with LATENCY_KEEP_SQLITE=1 keeps it): medians over the
-      responses a scheduler thread sent, of the time from the request's
+      latency with LATENCY_KEEP_SQLITE=1 keeps it). Requests handed off:
+      medians over the responses a scheduler thread sent, of the time from
+      the request's
       recvmsg on gRPC's thread to the scheduler thread waking (and of the
       wake itself: the last short futex call on another thread before it),
       from the wake to the response's sendmsg, and of the sendmsg; with
       the CUDA trace, each CUDA call of the requests' usual sequence, the
       span from its first call to its last, and from the last to sendmsg.
       Scheduler threads are those whose waits are in Scheduler::WorkerLoop.
+      Requests answered on the thread that received them (direct runs, and
+      Echo): medians of the time from the last recvmsg to the sendmsg and
+      of the sendmsg, apart for those with CUDA calls in between and those
+      without; for the former, from the recvmsg to the first CUDA call,
+      each call of the usual sequence, and from the last to the sendmsg.
 """
 import argparse
 import bisect
@@ -150,22 +156,34 @@ SLEEP_NS = 20_000
 CUDA_GAP_NS = 40_000
 
 
-def timeline(args):
-    db = sqlite3.connect(args.sqlite)
-    names = dict(db.execute('SELECT id, value FROM StringIds'))
-    worker_chains = {cid for (cid,) in db.execute(
-        'SELECT DISTINCT id FROM OSRT_CALLCHAINS WHERE symbol IN '
-        '(SELECT id FROM StringIds WHERE value LIKE ?)',
-        ('%Scheduler::WorkerLoop%',))}
-    calls = [(s, e, tid, names[n], chain) for s, e, tid, n, chain in db.execute(
-        'SELECT start, end, globalTid, nameId, callchainId FROM OSRT_API '
-        'ORDER BY start')]
+def us(values):
+    return f'{statistics.median(values) / 1e3:.1f} us'
+
+
+def print_sequence(runs, indent):
+    """The medians of each call of the most common sequence among runs
+    (lists of (start, end, tid, name)); returns the runs in that order."""
+    usual = collections.Counter(tuple(c[3] for c in r) for r in runs)
+    sequence, count = usual.most_common(1)[0]
+    mine = [r for r in runs if tuple(c[3] for c in r) == sequence]
+    print(f'{indent}CUDA calls, {count} of {len(runs)} requests in this '
+          f'order:')
+    for i, name in enumerate(sequence):
+        print(f'{indent}  {name:36s} {us([r[i][1] - r[i][0] for r in mine])}')
+    print(f'{indent}  first call to the last one\'s end   '
+          f'{us([r[-1][1] - r[0][0] for r in mine])}')
+    return mine
+
+
+def handed_off(calls, cuda, worker_chains):
+    """Requests a scheduler thread answered; returns the worker threads and
+    whether any answered."""
     waits = [c for c in calls
              if c[4] in worker_chains and c[1] - c[0] > SLEEP_NS]
     workers = {c[2] for c in waits}
-    if not waits:
-        sys.exit(f'{args.sqlite}: no scheduler thread waits (OS runtime trace)')
     sends = [c for c in calls if c[3] == 'sendmsg' and c[2] in workers]
+    if not sends:
+        return workers, False
     recvs = [c for c in calls if c[3] == 'recvmsg' and c[2] not in workers]
     kicks = [c for c in calls if c[3] == 'futex' and c[2] not in workers and
              c[1] - c[0] <= SLEEP_NS]
@@ -189,27 +207,20 @@ def timeline(args):
         k = bisect.bisect_right(kick_starts, woke) - 1
         if k >= 0:
             wake.append(woke - kick_starts[k])
-
-    def us(values):
-        return f'{statistics.median(values) / 1e3:.1f} us'
-
+    if not to_send:
+        return workers, False
     print(f'{len(sends)} responses sent by scheduler threads; medians:')
     if to_wake:
         print(f'  recvmsg end -> scheduler thread awake  {us(to_wake)} '
-              f'(the wake: {us(wake)})')
+              f'(the wake: {us(wake) if wake else "-"})')
     print(f'  awake -> sendmsg                       {us(to_send)}')
     print(f'  sendmsg                                {us(send)}')
-    tables = {t for (t,) in db.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if 'CUPTI_ACTIVITY_KIND_RUNTIME' not in tables:
+    if cuda is None:
         print('  no CUDA trace')
-        return
-    cuda = [(s, e, tid, names[n].split('_v')[0]) for s, e, tid, n in db.execute(
-        'SELECT start, end, globalTid, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME '
-        'ORDER BY start') if tid in workers]
-    cuda = [c for c in cuda if not c[3].startswith('cuKernelGetName')]
+        return workers, True
+    mine = [c for c in cuda if c[2] in workers]
     runs, run = [], []
-    for c in cuda:
+    for c in mine:
         if run and (c[2] != run[-1][2] or c[0] - run[-1][1] > CUDA_GAP_NS):
             runs.append(run)
             run = []
@@ -218,26 +229,96 @@ def timeline(args):
         runs.append(run)
     if not runs:
         print('  no CUDA calls on scheduler threads')
-        return
-    usual = collections.Counter(tuple(c[3] for c in r) for r in runs)
-    sequence, count = usual.most_common(1)[0]
-    mine = [r for r in runs if tuple(c[3] for c in r) == sequence]
-    print(f'  CUDA calls, {count} of {len(runs)} requests in this order:')
-    for i, name in enumerate(sequence):
-        print(f'    {name:36s} {us([r[i][1] - r[i][0] for r in mine])}')
-    print(f'    first call to the last one\'s end   '
-          f'{us([r[-1][1] - r[0][0] for r in mine])}')
+        return workers, True
+    usual = print_sequence(runs, '  ')
     send_starts = collections.defaultdict(list)
     for s, _, tid, _, _ in sends:
         send_starts[tid].append(s)
     after = []
-    for r in mine:
+    for r in usual:
         starts = send_starts[r[-1][2]]
         i = bisect.bisect_left(starts, r[-1][1])
         if i < len(starts):
             after.append(starts[i] - r[-1][1])
     if after:
         print(f'  last CUDA call\'s end -> sendmsg        {us(after)}')
+    return workers, True
+
+
+def in_place(calls, cuda, workers):
+    """Requests answered on the thread that received them: direct runs, and
+    RPCs with no device work (Echo). Each sendmsg pairs with the last
+    recvmsg that thread ended after its previous sendmsg."""
+    recv_ends = collections.defaultdict(list)
+    for c in calls:
+        if c[3] == 'recvmsg' and c[2] not in workers:
+            recv_ends[c[2]].append(c[1])
+    cuda_of = collections.defaultdict(list)
+    for c in cuda or []:
+        cuda_of[c[2]].append(c)
+    cuda_starts = {tid: [c[0] for c in v] for tid, v in cuda_of.items()}
+    last_send = {}
+    plain, ran = [], []
+    for s, e, tid, name, _ in calls:
+        if name != 'sendmsg' or tid in workers:
+            continue
+        ends = recv_ends[tid]
+        i = bisect.bisect_right(ends, s) - 1
+        previous, last_send[tid] = last_send.get(tid, -1), e
+        if i < 0 or ends[i] < previous:
+            continue
+        got = ends[i]
+        starts = cuda_starts.get(tid, [])
+        mine = cuda_of[tid][bisect.bisect_left(starts, got):
+                            bisect.bisect_left(starts, s)]
+        (ran if mine else plain).append((got, s, e, mine))
+    if not plain and not ran:
+        return False
+    print(f'{len(plain) + len(ran)} responses sent by the thread that '
+          f'received the request; medians:')
+    for label, group in (('without CUDA calls (Echo)', plain),
+                         ('with CUDA calls (direct runs)', ran)):
+        if not group:
+            continue
+        print(f'  {label}, {len(group)}:')
+        print(f'    recvmsg end -> sendmsg               '
+              f'{us([s - got for got, s, _, _ in group])}')
+        print(f'    sendmsg                              '
+              f'{us([e - s for _, s, e, _ in group])}')
+    if ran:
+        print(f'    recvmsg end -> first CUDA call       '
+              f'{us([r[3][0][0] - r[0] for r in ran])}')
+        usual = print_sequence([r[3] for r in ran], '    ')
+        ends = {id(r[3]): r[1] for r in ran}
+        print(f'      last CUDA call\'s end -> sendmsg    '
+              f'{us([ends[id(r)] - r[-1][1] for r in usual])}')
+    elif cuda is None:
+        print('  no CUDA trace')
+    return True
+
+
+def timeline(args):
+    db = sqlite3.connect(args.sqlite)
+    names = dict(db.execute('SELECT id, value FROM StringIds'))
+    worker_chains = {cid for (cid,) in db.execute(
+        'SELECT DISTINCT id FROM OSRT_CALLCHAINS WHERE symbol IN '
+        '(SELECT id FROM StringIds WHERE value LIKE ?)',
+        ('%Scheduler::WorkerLoop%',))}
+    calls = [(s, e, tid, names[n], chain) for s, e, tid, n, chain in db.execute(
+        'SELECT start, end, globalTid, nameId, callchainId FROM OSRT_API '
+        'ORDER BY start')]
+    tables = {t for (t,) in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    cuda = None
+    if 'CUPTI_ACTIVITY_KIND_RUNTIME' in tables:
+        cuda = [(s, e, tid, names[n].split('_v')[0])
+                for s, e, tid, n in db.execute(
+                    'SELECT start, end, globalTid, nameId FROM '
+                    'CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start')]
+        cuda = [c for c in cuda if not c[3].startswith('cuKernelGetName')]
+    workers, any_handed_off = handed_off(calls, cuda, worker_chains)
+    if not in_place(calls, cuda, workers) and not any_handed_off:
+        sys.exit(f'{args.sqlite}: no responses (OS runtime trace)')
 
 
 def main():

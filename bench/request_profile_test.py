@@ -20,6 +20,42 @@ STRINGS = {1: "futex", 2: "recvmsg", 3: "sendmsg",
 WORKER_WAIT, GRPC_WAIT, NO_CHAIN = 10, 11, 0
 
 
+def write_direct_trace(path):
+    """Two Echo requests, then three transposes run directly on gRPC's
+    thread: received, launched, waited for and answered there."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+    db.executemany("INSERT INTO StringIds VALUES (?, ?)", STRINGS.items())
+    db.execute("CREATE TABLE OSRT_CALLCHAINS (id INTEGER, symbol INTEGER, "
+               "stackDepth INTEGER)")
+    db.execute("CREATE TABLE OSRT_API (start INTEGER, end INTEGER, "
+               "globalTid INTEGER, nameId INTEGER, callchainId INTEGER)")
+    db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, "
+               "end INTEGER, globalTid INTEGER, nameId INTEGER)")
+    os_calls, cuda_calls = [], []
+    for r in range(2):
+        t = (r + 1) * 1_000_000
+        os_calls += [(t, t + 5_000, GRPC, 2, NO_CHAIN),
+                     (t + 25_000, t + 31_000, GRPC, 3, NO_CHAIN)]
+    for r in range(3):
+        t = (r + 3) * 1_000_000
+        # A second, empty recvmsg: the request is the last one read.
+        os_calls += [(t, t + 5_000, GRPC, 2, NO_CHAIN),
+                     (t + 6_000, t + 7_000, GRPC, 2, NO_CHAIN),
+                     (t + 90_000, t + 90_000 + 5_000 * (r + 1), GRPC, 3,
+                      NO_CHAIN)]
+        cuda_calls += [(t + 37_000, t + 46_000, GRPC, 6),
+                       (t + 46_500, t + 46_600, GRPC, 8),
+                       (t + 47_000, t + 52_000, GRPC, 6),
+                       (t + 53_000, t + 63_000, GRPC, 7)]
+    db.executemany("INSERT INTO OSRT_API VALUES (?, ?, ?, ?, ?)", os_calls)
+    db.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)",
+        cuda_calls)
+    db.commit()
+    db.close()
+
+
 def write_trace(path, cuda):
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
@@ -60,10 +96,13 @@ def write_trace(path, cuda):
 
 
 class TimelineTest(unittest.TestCase):
-    def run_timeline(self, cuda):
+    def run_timeline(self, cuda, direct=False):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "trace.sqlite")
-            write_trace(path, cuda)
+            if direct:
+                write_direct_trace(path)
+            else:
+                write_trace(path, cuda)
             out = subprocess.run([sys.executable, SCRIPT, "timeline", path],
                                  capture_output=True, text=True, check=True)
         return out.stdout
@@ -88,6 +127,26 @@ class TimelineTest(unittest.TestCase):
         out = self.run_timeline(cuda=False)
         self.assertRegex(out, r"awake -> sendmsg +60\.0 us")
         self.assertIn("no CUDA trace", out)
+
+    def test_direct_runs_and_echo(self):
+        out = self.run_timeline(cuda=True, direct=True)
+        self.assertNotIn("scheduler threads", out)
+        self.assertIn("5 responses sent by the thread that received the "
+                      "request", out)
+        self.assertIn("without CUDA calls (Echo), 2:", out)
+        self.assertIn("with CUDA calls (direct runs), 3:", out)
+        medians = [l.split() for l in out.splitlines()
+                   if "recvmsg end -> sendmsg" in l]
+        # Echo: 20 us; direct runs: from the second recvmsg, 83 us.
+        self.assertEqual([m[-2] for m in medians], ["20.0", "83.0"])
+        self.assertRegex(out, r"recvmsg end -> first CUDA call +30\.0 us")
+        self.assertIn("CUDA calls, 3 of 3 requests in this order:", out)
+        self.assertRegex(out, r"cudaLaunchKernel +9\.0 us")
+        self.assertRegex(out, r"first call to the last one's end +26\.0 us")
+        self.assertRegex(out, r"last CUDA call's end -> sendmsg +27\.0 us")
+        sends = [l.split() for l in out.splitlines()
+                 if l.strip().startswith("sendmsg")]
+        self.assertEqual([m[-2] for m in sends], ["6.0", "10.0"])
 
 
 if __name__ == "__main__":
