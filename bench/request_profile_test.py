@@ -20,18 +20,31 @@ STRINGS = {1: "futex", 2: "recvmsg", 3: "sendmsg",
 WORKER_WAIT, GRPC_WAIT, NO_CHAIN = 10, 11, 0
 
 
-def write_direct_trace(path):
-    """Two Echo requests, then three transposes run directly on gRPC's
-    thread: received, launched, waited for and answered there."""
+def write_db(path, os_calls, cuda_calls, chains=()):
+    """A trace's tables as nsys exports them; cuda_calls None: no CUDA
+    trace."""
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
     db.executemany("INSERT INTO StringIds VALUES (?, ?)", STRINGS.items())
     db.execute("CREATE TABLE OSRT_CALLCHAINS (id INTEGER, symbol INTEGER, "
                "stackDepth INTEGER)")
+    db.executemany("INSERT INTO OSRT_CALLCHAINS VALUES (?, ?, ?)", chains)
     db.execute("CREATE TABLE OSRT_API (start INTEGER, end INTEGER, "
                "globalTid INTEGER, nameId INTEGER, callchainId INTEGER)")
-    db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, "
-               "end INTEGER, globalTid INTEGER, nameId INTEGER)")
+    db.executemany("INSERT INTO OSRT_API VALUES (?, ?, ?, ?, ?)", os_calls)
+    if cuda_calls is not None:
+        db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, "
+                   "end INTEGER, globalTid INTEGER, nameId INTEGER)")
+        db.executemany(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)",
+            cuda_calls)
+    db.commit()
+    db.close()
+
+
+def write_direct_trace(path):
+    """Two Echo requests, then three transposes run directly on gRPC's
+    thread: received, launched, waited for and answered there."""
     os_calls, cuda_calls = [], []
     for r in range(2):
         t = (r + 1) * 1_000_000
@@ -48,26 +61,10 @@ def write_direct_trace(path):
                        (t + 46_500, t + 46_600, GRPC, 8),
                        (t + 47_000, t + 52_000, GRPC, 6),
                        (t + 53_000, t + 63_000, GRPC, 7)]
-    db.executemany("INSERT INTO OSRT_API VALUES (?, ?, ?, ?, ?)", os_calls)
-    db.executemany(
-        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)",
-        cuda_calls)
-    db.commit()
-    db.close()
+    write_db(path, os_calls, cuda_calls)
 
 
 def write_trace(path, cuda):
-    db = sqlite3.connect(path)
-    db.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
-    db.executemany("INSERT INTO StringIds VALUES (?, ?)", STRINGS.items())
-    db.execute("CREATE TABLE OSRT_CALLCHAINS (id INTEGER, symbol INTEGER, "
-               "stackDepth INTEGER)")
-    db.executemany("INSERT INTO OSRT_CALLCHAINS VALUES (?, ?, ?)",
-                   [(WORKER_WAIT, 4, 1), (GRPC_WAIT, 5, 1)])
-    db.execute("CREATE TABLE OSRT_API (start INTEGER, end INTEGER, "
-               "globalTid INTEGER, nameId INTEGER, callchainId INTEGER)")
-    db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, "
-                "end INTEGER, globalTid INTEGER, nameId INTEGER)")
     os_calls, cuda_calls = [], []
     for r in range(3):
         t = (r + 1) * 1_000_000
@@ -84,15 +81,8 @@ def write_trace(path, cuda):
                        (t + 60_500, t + 60_600, WORKER, 8),
                        (t + 61_000, t + 65_000, WORKER, 6),
                        (t + 66_000, t + 76_000, WORKER, 7)]
-    db.executemany("INSERT INTO OSRT_API VALUES (?, ?, ?, ?, ?)", os_calls)
-    if cuda:
-        db.executemany(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)",
-            cuda_calls)
-    else:
-        db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
-    db.commit()
-    db.close()
+    write_db(path, os_calls, cuda_calls if cuda else None,
+             [(WORKER_WAIT, 4, 1), (GRPC_WAIT, 5, 1)])
 
 
 class TimelineTest(unittest.TestCase):
