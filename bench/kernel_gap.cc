@@ -365,7 +365,13 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
       cudaGraphExec_t e;
       ~ExecGuard() { cudaGraphExecDestroy(e); }
     } exec_guard{exec};
-    const std::pair<const char*, std::function<absl::Status(int)>> modes[] = {
+    // Each mode's output lands in hout, or stays in device_output.
+    struct Mode {
+      const char* name;
+      std::function<absl::Status(int)> submit;
+      const void* device_output = nullptr;
+    };
+    const Mode modes[] = {
         {"stream calls", [&](int) { return enqueue(0, 0, false); }},
         {"stream calls, kernel events",
          [&](int) { return enqueue(0, 1, false); }},
@@ -396,7 +402,8 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
            COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], stream));
            gate->Open();
            return absl::OkStatus();
-         }},
+         },
+         dout[1]},
     };
     // The pipelined mode's input, for its check: both sets hold hin.
     for (int set = 0; set < 2; ++set) {
@@ -406,7 +413,7 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
     for (const auto& [us, asleep] : pauses) {
       const std::string pause_name =
           us == 0 ? "-" : absl::StrCat(asleep ? "sleep " : "spin ", us);
-      for (const auto& [name, submit] : modes) {
+      for (const auto& [name, submit, device_output] : modes) {
         absl::FPrintF(stderr, "[submit] %d bytes each way: %s, pause %s...\n",
                       bytes, name, pause_name);
         std::memset(hout, 0xff, bytes);
@@ -428,10 +435,9 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
           wall.push_back(
               std::chrono::duration<double, std::micro>(t2 - t0).count());
         }
-        // The pipelined mode leaves its output on the device.
-        if (std::strcmp(name, "pipelined, gated") == 0) {
+        if (device_output != nullptr) {
           COALESCE_CUDA_RETURN_IF_ERROR(
-              cudaMemcpy(hout, dout[1], bytes, cudaMemcpyDeviceToHost));
+              cudaMemcpy(hout, device_output, bytes, cudaMemcpyDeviceToHost));
         }
         if (std::memcmp(hout, hin, bytes) != 0) {
           return absl::InternalError(absl::StrCat(
