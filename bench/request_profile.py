@@ -21,8 +21,8 @@
       Systems trace exported to SQLite (`-t cuda,osrt`; gpu-check.sh
       latency with LATENCY_KEEP_SQLITE=1 keeps it). Requests handed off:
       medians over the responses a scheduler thread sent, of the time from
-      the request's
-      recvmsg on gRPC's thread to the scheduler thread waking (and of the
+      the request's recvmsg on gRPC's thread to the scheduler thread waking
+      (and of the
       wake itself: the last short futex call on another thread before it),
       from the wake to the response's sendmsg, and of the sendmsg; with
       the CUDA trace, each CUDA call of the requests' usual sequence, the
@@ -160,18 +160,22 @@ def us(values):
     return f'{statistics.median(values) / 1e3:.1f} us'
 
 
-def print_sequence(runs, indent):
-    """The medians of each call of the most common sequence among runs
-    (lists of (start, end, tid, name)); returns the runs in that order."""
-    usual = collections.Counter(tuple(c[3] for c in r) for r in runs)
-    sequence, count = usual.most_common(1)[0]
-    mine = [r for r in runs if tuple(c[3] for c in r) == sequence]
-    print(f'{indent}CUDA calls, {count} of {len(runs)} requests in this '
+def print_sequence(items, indent, calls_of=lambda item: item):
+    """The medians of each call of the most common sequence among the items'
+    CUDA calls (calls_of(item): a list of (start, end, tid, name)); returns
+    the items whose calls came in that order."""
+    def names(item):
+        return tuple(c[3] for c in calls_of(item))
+    sequence, count = collections.Counter(
+        names(item) for item in items).most_common(1)[0]
+    mine = [item for item in items if names(item) == sequence]
+    runs = [calls_of(item) for item in mine]
+    print(f'{indent}CUDA calls, {count} of {len(items)} requests in this '
           f'order:')
     for i, name in enumerate(sequence):
-        print(f'{indent}  {name:36s} {us([r[i][1] - r[i][0] for r in mine])}')
+        print(f'{indent}  {name:36s} {us([r[i][1] - r[i][0] for r in runs])}')
     print(f'{indent}  first call to the last one\'s end   '
-          f'{us([r[-1][1] - r[0][0] for r in mine])}')
+          f'{us([r[-1][1] - r[0][0] for r in runs])}')
     return mine
 
 
@@ -288,10 +292,9 @@ def in_place(calls, cuda, workers):
     if ran:
         print(f'    recvmsg end -> first CUDA call       '
               f'{us([r[3][0][0] - r[0] for r in ran])}')
-        usual = print_sequence([r[3] for r in ran], '    ')
-        ends = {id(r[3]): r[1] for r in ran}
+        usual = print_sequence(ran, '    ', lambda r: r[3])
         print(f'      last CUDA call\'s end -> sendmsg    '
-              f'{us([ends[id(r)] - r[-1][1] for r in usual])}')
+              f'{us([s - calls[-1][1] for _, s, _, calls in usual])}')
     elif cuda is None:
         print('  no CUDA trace')
     return True

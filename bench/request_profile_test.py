@@ -20,6 +20,15 @@ STRINGS = {1: "futex", 2: "recvmsg", 3: "sendmsg",
 WORKER_WAIT, GRPC_WAIT, NO_CHAIN = 10, 11, 0
 
 
+def request_cuda_calls(t, tid, gate_us, launch_us):
+    """One request's CUDA calls from t: the gate's launch, a kernel name
+    lookup (left out of the timeline), the op's launch, the 10 us wait."""
+    a = t + gate_us * 1_000
+    b = a + 1_000 + launch_us * 1_000
+    return [(t, a, tid, 6), (a + 500, a + 600, tid, 8), (a + 1_000, b, tid, 6),
+            (b + 1_000, b + 11_000, tid, 7)]
+
+
 def write_db(path, os_calls, cuda_calls, chains=()):
     """A trace's tables as nsys exports them; cuda_calls None: no CUDA
     trace."""
@@ -57,10 +66,7 @@ def write_direct_trace(path):
                      (t + 6_000, t + 7_000, GRPC, 2, NO_CHAIN),
                      (t + 90_000, t + 90_000 + 5_000 * (r + 1), GRPC, 3,
                       NO_CHAIN)]
-        cuda_calls += [(t + 37_000, t + 46_000, GRPC, 6),
-                       (t + 46_500, t + 46_600, GRPC, 8),
-                       (t + 47_000, t + 52_000, GRPC, 6),
-                       (t + 53_000, t + 63_000, GRPC, 7)]
+        cuda_calls += request_cuda_calls(t + 37_000, GRPC, 9, 5)
     write_db(path, os_calls, cuda_calls)
 
 
@@ -77,10 +83,7 @@ def write_trace(path, cuda):
         os_calls += [(t - 900_000, t + 40_000, WORKER, 1, WORKER_WAIT),
                      (t + 100_000, t + 100_000 + 10_000 * (r + 1), WORKER, 3,
                       NO_CHAIN)]
-        cuda_calls += [(t + 50_000, t + 60_000, WORKER, 6),
-                       (t + 60_500, t + 60_600, WORKER, 8),
-                       (t + 61_000, t + 65_000, WORKER, 6),
-                       (t + 66_000, t + 76_000, WORKER, 7)]
+        cuda_calls += request_cuda_calls(t + 50_000, WORKER, 10, 4)
     write_db(path, os_calls, cuda_calls if cuda else None,
              [(WORKER_WAIT, 4, 1), (GRPC_WAIT, 5, 1)])
 
