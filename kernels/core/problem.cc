@@ -1,7 +1,13 @@
 #include "kernels/core/problem.h"
 
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 
 namespace coalesce {
 
@@ -142,6 +148,57 @@ double Flops(const Problem& p) { return std::visit(FlopsVisitor{}, p); }
 
 std::string Describe(const Problem& p) {
   return std::visit(DescribeVisitor{}, p);
+}
+
+namespace {
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// Every field of each problem type, as one tuple: what ProblemHash hashes
+// and ProblemEq compares.
+// A field added to a problem must be added to its Fields too.
+static_assert(sizeof(TransposeProblem) == 32);
+static_assert(sizeof(GemmProblem) == 80);
+static_assert(sizeof(GeluLnProblem) == 40);
+static_assert(sizeof(PermuteProblem) == 104);
+
+auto Fields(const TransposeProblem& p) {
+  return std::make_tuple(p.dtype, p.batch, p.rows, p.cols);
+}
+auto Fields(const GemmProblem& p) {
+  return std::make_tuple(p.dtype, p.batch, p.m, p.n, p.k, p.trans_a, p.trans_b,
+                         Bits(p.alpha), Bits(p.beta), p.has_c, p.allow_tf32,
+                         p.stride_a, p.stride_b, p.stride_c);
+}
+auto Fields(const PermuteProblem& p) {
+  return std::make_tuple(p.dtype, absl::MakeConstSpan(p.in_shape),
+                         absl::MakeConstSpan(p.perm), p.kind);
+}
+auto Fields(const GeluLnProblem& p) {
+  return std::make_tuple(p.dtype, p.rows, p.hidden, p.has_bias, p.has_residual,
+                         p.has_gamma, p.has_beta, p.return_pre_norm, p.approx,
+                         Bits(p.eps));
+}
+
+}  // namespace
+
+size_t ProblemHash::operator()(const Problem& p) const {
+  return std::visit(
+      [&p](const auto& q) { return absl::HashOf(p.index(), Fields(q)); }, p);
+}
+
+bool ProblemEq::operator()(const Problem& a, const Problem& b) const {
+  if (a.index() != b.index()) return false;
+  // Spans compare and hash by their elements.
+  return std::visit(
+      [&b](const auto& q) {
+        return Fields(q) == Fields(std::get<std::decay_t<decltype(q)>>(b));
+      },
+      a);
 }
 
 }  // namespace coalesce

@@ -125,4 +125,14 @@ double Flops(const Problem& p);
 // A one-line description, e.g. "transpose float32 [4,1024,512]".
 std::string Describe(const Problem& p);
 
+// The exact problem as a hash key: every field, floats bit for bit (so a
+// NaN parameter equals itself and a memo keyed on it cannot grow with
+// repeats of one request).
+struct ProblemHash {
+  size_t operator()(const Problem& p) const;
+};
+struct ProblemEq {
+  bool operator()(const Problem& a, const Problem& b) const;
+};
+
 }  // namespace coalesce

@@ -146,12 +146,12 @@ absl::StatusOr<Selection> Selector::Select(const Problem& p,
   if (!forced.empty()) {
     return SelectVariant(backend_->registry(), p, backend_->device(), forced);
   }
-  const std::string key = KeyOf(p);
-  absl::StatusOr<Selection> h = Choose(key, p);
+  absl::StatusOr<Selection> h = ChooseRemembered(p);
   if (!h.ok() || h->source != "heuristic" ||
       opts_.autotune == AutotuneMode::kOff) {
     return h;
   }
+  const std::string key = KeyOf(p);
   if (!context.may_tune) {
     h->reason += " (not tuned: tuning needs the admin role)";
     return h;
@@ -177,6 +177,29 @@ absl::StatusOr<Selection> Selector::Select(const Problem& p,
                                   ", fastest of ", tuned->measured.size())};
   }
   return h;
+}
+
+absl::StatusOr<Selection> Selector::ChooseRemembered(const Problem& p) {
+  // Both stores only grow their generations, so the sum names one state.
+  const uint64_t generation = cache_.generation() + table_.generation();
+  {
+    absl::ReaderMutexLock lock(&memo_mu_);
+    if (memo_generation_ == generation) {
+      if (auto it = memo_.find(p); it != memo_.end()) return it->second;
+    }
+  }
+  absl::StatusOr<Selection> s = Choose(KeyOf(p), p);
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&memo_mu_);
+  // An answer of an older generation than the memo's is not kept; a newer
+  // one starts the memo over.
+  if (generation < memo_generation_) return s;
+  if (generation > memo_generation_ || memo_.size() >= kMemoCapacity) {
+    memo_.clear();
+    memo_generation_ = generation;
+  }
+  memo_.emplace(p, *s);
+  return s;
 }
 
 bool Selector::BeginTuning(const std::string& key) {

@@ -15,6 +15,9 @@
 //   eager:   the first request of a new key tunes inline and uses the
 //            winner (paying the tuning time once).
 // Thread-safe; Select on a cache hit takes a shared lock and no tuning.
+// Select remembers its answer for each exact problem while the cache and
+// the table are unchanged, so a repeated request skips the key, the
+// lookups and the heuristic (most of a selection's cost).
 #pragma once
 
 #include <array>
@@ -27,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/backend.h"
@@ -116,6 +120,8 @@ class Selector {
   // Cache, then table, then heuristic: Select's answer before any tuning.
   absl::StatusOr<Selection> Choose(const std::string& key,
                                    const Problem& p) const;
+  // Choose's answer for p, from the memo while the stores are unchanged.
+  absl::StatusOr<Selection> ChooseRemembered(const Problem& p);
   std::shared_ptr<const TunedChoice> Lookup(const std::string& key,
                                             const Problem& p,
                                             const TuningStore& store,
@@ -147,6 +153,15 @@ class Selector {
   int64_t tunings_ ABSL_GUARDED_BY(mu_) = 0;
   double tuning_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex save_mu_;  // serializes cache file writes
+
+  // Choose's answers by exact problem, valid for one generation of the
+  // cache and the table together. Bounded: full, it starts over, so a
+  // stream of new shapes cannot grow it.
+  static constexpr size_t kMemoCapacity = 1024;
+  mutable absl::Mutex memo_mu_;
+  absl::flat_hash_map<Problem, Selection, ProblemHash, ProblemEq> memo_
+      ABSL_GUARDED_BY(memo_mu_);
+  uint64_t memo_generation_ ABSL_GUARDED_BY(memo_mu_) = 0;
   std::thread tuner_;
 };
 

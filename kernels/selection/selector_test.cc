@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -161,6 +162,46 @@ TEST_F(SelectorTest, HeuristicThenTunedCache) {
   absl::StatusOr<Selection> forced = s.Select(p, "transpose.cpu.naive");
   ASSERT_TRUE(forced.ok());
   EXPECT_EQ(forced->source, "forced");
+}
+
+// Remembered answers are the answers: interleaved problems (two sharing a
+// selection key, another dtype) get what a selector without history gives
+// them, before and after a cache entry for their key appears.
+TEST_F(SelectorTest, RemembersEachExactProblemUntilTheCacheChanges) {
+  Selector s(backend_.get(), Options());
+  const std::vector<Problem> problems = {
+      Transpose(1000, 512), Transpose(1016, 512),
+      Transpose(1000, 512, DType::kBFloat16)};
+  ASSERT_EQ(s.KeyOf(problems[0]), s.KeyOf(problems[1]));
+  auto expect_fresh_answers = [&](const std::string& round) {
+    Selector fresh(backend_.get(), Options());
+    if (auto c = s.cache().Lookup(s.KeyOf(problems[0]))) {
+      const_cast<TuningStore&>(fresh.cache()).Put(s.KeyOf(problems[0]), *c);
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const Problem& p : problems) {
+        SCOPED_TRACE(absl::StrCat(round, ", pass ", pass, ": ", Describe(p)));
+        absl::StatusOr<Selection> got = s.Select(p, "");
+        absl::StatusOr<Selection> want = fresh.Select(p, "");
+        ASSERT_TRUE(got.ok() && want.ok());
+        EXPECT_EQ(got->variant, want->variant);
+        EXPECT_EQ(got->source, want->source);
+        EXPECT_EQ(got->reason, want->reason);
+      }
+    }
+  };
+  expect_fresh_answers("heuristic");
+  EXPECT_EQ(s.Select(problems[0], "")->source, "heuristic");
+  // A tuned winner that the heuristic does not pick.
+  const std::string other =
+      s.Select(problems[0], "")->variant->name() == "transpose.cpu.naive"
+          ? "transpose.cpu.blocked"
+          : "transpose.cpu.naive";
+  const_cast<TuningStore&>(s.cache()).Put(s.KeyOf(problems[0]),
+                                          {other, 1e-6, {{other, 1e-6}}});
+  expect_fresh_answers("tuned");
+  EXPECT_EQ(s.Select(problems[1], "")->variant->name(), other);
+  EXPECT_EQ(s.Select(problems[1], "")->source, "cache");
 }
 
 // Measure asks its caller between runs: once the caller is gone (deadline,

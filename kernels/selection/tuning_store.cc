@@ -33,6 +33,7 @@ void TuningStore::Put(const std::string& key, TunedChoice choice) {
   auto entry = std::make_shared<const TunedChoice>(std::move(choice));
   absl::MutexLock lock(&mu_);
   entries_[key] = std::move(entry);
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 size_t TuningStore::size() const {
@@ -125,6 +126,7 @@ absl::Status TuningStore::Parse(absl::string_view text) {
   }
   absl::MutexLock lock(&mu_);
   for (auto& [k, v] : parsed) entries_[k] = std::move(v);
+  generation_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 

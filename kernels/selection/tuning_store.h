@@ -18,6 +18,8 @@
 // thread-safe.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +54,11 @@ class TuningStore {
   size_t size() const;
   std::vector<std::string> Keys() const;
   const TuningIdentity& identity() const { return id_; }
+  // Changes with every Put and Parse (after the entries do): an answer
+  // derived from the store stays valid while this reads the same.
+  uint64_t generation() const {
+    return generation_.load(std::memory_order_acquire);
+  }
 
   // The file's text, and its parse: Parse leaves the store unchanged and
   // returns FAILED_PRECONDITION for a foreign header, INVALID_ARGUMENT for
@@ -74,6 +81,7 @@ class TuningStore {
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const TunedChoice>> entries_
       ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace coalesce
