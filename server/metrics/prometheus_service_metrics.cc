@@ -462,23 +462,27 @@ int PrometheusServiceMetrics::VariantIndex(const KernelVariant* variant) const {
 }
 
 void PrometheusServiceMetrics::VariantSelected(const Selection& selection) {
+  // The labels are built only where the child is looked up by them: once
+  // per variant and known source, every time for another source.
+  const auto labels = [&selection]() -> Labels {
+    return {{"op", std::string(OpName(selection.variant->op()))},
+            {"variant", std::string(selection.variant->name())},
+            {"source", selection.source}};
+  };
   const int v = VariantIndex(selection.variant);
-  const Labels labels = {{"op", std::string(OpName(selection.variant->op()))},
-                         {"variant", std::string(selection.variant->name())},
-                         {"source", selection.source}};
   for (int s = 0; s < kNumSelectionSources; ++s) {
     if (selection.source != kSelectionSources[s]) continue;
     std::atomic<Counter*>& slot = selection_counters_[v][s];
     Counter* counter = slot.load(std::memory_order_acquire);
     if (counter == nullptr) {
       // Family::Add returns the same child to racing threads.
-      counter = &selections_->Add(labels);
+      counter = &selections_->Add(labels());
       slot.store(counter, std::memory_order_release);
     }
     counter->Increment();
     return;
   }
-  selections_->Add(labels).Increment();
+  selections_->Add(labels()).Increment();
 }
 
 void PrometheusServiceMetrics::BackendStarted(Rpc rpc) {
