@@ -22,9 +22,9 @@
       latency with LATENCY_KEEP_SQLITE=1 keeps it). Requests handed off:
       medians over the responses a scheduler thread sent, of the time from
       the request's recvmsg on gRPC's thread to the scheduler thread waking
-      (and of the
-      wake itself: the last short futex call on another thread before it),
-      from the wake to the response's sendmsg, and of the sendmsg; with
+      (and of the wake itself: the last short futex call on another thread
+      before it), from the wake to the response's sendmsg, and of the
+      sendmsg; with
       the CUDA trace, each CUDA call of the requests' usual sequence, the
       span from its first call to its last, and from the last to sendmsg.
       Scheduler threads are those whose waits are in Scheduler::WorkerLoop.
@@ -294,7 +294,7 @@ def in_place(calls, cuda, workers):
               f'{us([r[3][0][0] - r[0] for r in ran])}')
         usual = print_sequence(ran, '    ', lambda r: r[3])
         print(f'      last CUDA call\'s end -> sendmsg    '
-              f'{us([s - calls[-1][1] for _, s, _, calls in usual])}')
+              f'{us([s - mine[-1][1] for _, s, _, mine in usual])}')
     elif cuda is None:
         print('  no CUDA trace')
     return True
