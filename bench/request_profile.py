@@ -9,12 +9,17 @@
       KServe ModelInfer that runs an op counts under the op.
 
   request_profile.py busy GPU_TRACE_CSV --window=SECONDS [--server_busy=R]
+                        [--launches=N]
       From an Nsight Systems cuda_gpu_trace report (CSV): over the last
       SECONDS of kernel activity, the sum of the request kernels' durations
       over wall time (what coalesce_device_busy_ratio estimates) and the
       union of their intervals over wall time (the fraction of time at
       least one ran). The launch gate's polling kernel is left out: it
-      spans the host's launch calls, not work.
+      spans the host's launch calls, not work. --launches: the launches
+      the server made in those SECONDS (the bench's requests over its
+      mean batch); then how many of them the trace kept, and the server's
+      busy time per launch against the trace's union per kernel, which
+      still compare when the trace lost kernels.
 
   request_profile.py timeline NSYS_SQLITE
       A lone request's path through the server's threads, from an Nsight
@@ -148,6 +153,19 @@ def busy(args):
               f'{args.server_busy:.3f}: {100 * (args.server_busy - union / wall):+.1f} '
               f'points against the union, '
               f'{100 * (args.server_busy - total / wall):+.1f} against the sum')
+    if args.launches:
+        # A trace that lost kernels (Nsight Systems can drop the last
+        # buffers of a busy process) understates the union over the window;
+        # per launch, the kernels it kept still compare.
+        print(f'nsys kept {n} kernels in the window of the {args.launches} '
+              f'the server launched in the phase ({n / args.launches:.0%})')
+        if args.server_busy is not None and n:
+            rate = args.launches / wall * 1e9
+            server_us = args.server_busy / rate * 1e6
+            nsys_us = union / n / 1e3
+            print(f'per launch: server {server_us:.2f} us, nsys union '
+                  f'{nsys_us:.2f} us; at the server\'s {rate:.0f} launches/s, '
+                  f'{100 * (server_us - nsys_us) * rate / 1e6:+.1f} points')
 
 
 # A futex wait longer than this is a thread asleep, a shorter one a wake.
@@ -336,6 +354,7 @@ def main():
     b.add_argument('csv')
     b.add_argument('--window', type=float, required=True)
     b.add_argument('--server_busy', type=float)
+    b.add_argument('--launches', type=int)
     t = sub.add_parser('timeline')
     t.add_argument('sqlite')
     args = p.parse_args()

@@ -142,5 +142,40 @@ class TimelineTest(unittest.TestCase):
         self.assertEqual([m[-2] for m in sends], ["6.0", "10.0"])
 
 
+class BusyTest(unittest.TestCase):
+    """request_profile.py busy on a cuda_gpu_trace CSV written here: four
+    2 us kernels, 4 us apart, each behind a launch gate, in a 16 us window;
+    the server reports five launches, one of which the trace lost."""
+
+    def run_busy(self, *flags):
+        rows = ["Start (ns),Duration (ns),Strm,Name"]
+        for start in (0, 4_000, 8_000, 12_000):
+            rows.append(f"{start - 500},300,13,GateKernel(unsigned int)")
+            rows.append(f"{start},2000,13,void Transpose<float>()")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.csv")
+            with open(path, "w") as f:
+                f.write("\n".join(rows) + "\n")
+            return subprocess.run(
+                [sys.executable, SCRIPT, "busy", path, "--window=16e-6",
+                 *flags], capture_output=True, text=True, check=True).stdout
+
+    def test_union_and_gate_gap(self):
+        out = self.run_busy("--server_busy=0.75")
+        self.assertIn("4 kernels; sum/wall 0.500, union/wall 0.500", out)
+        self.assertIn("gate end to kernel start on a stream: median 0.20 us",
+                      out)
+        self.assertIn("rate 0.750: +25.0 points against the union", out)
+        self.assertNotIn("nsys kept", out)
+
+    def test_launches_the_trace_lost(self):
+        out = self.run_busy("--server_busy=0.75", "--launches=5")
+        self.assertIn("nsys kept 4 kernels in the window of the 5 the server "
+                      "launched in the phase (80%)", out)
+        # 5 launches in 16 us; 0.75 of it is 2.40 us each, against 2.00.
+        self.assertIn("per launch: server 2.40 us, nsys union 2.00 us; at the "
+                      "server's 312500 launches/s, +12.5 points", out)
+
+
 if __name__ == "__main__":
     unittest.main()

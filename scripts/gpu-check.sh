@@ -105,7 +105,10 @@
 #             nsys' kernel sum and union over the same length
 #             (bench/request_profile.py busy; skipped without nsys) and
 #             nvidia-smi's utilization sampled every 100 ms; busy-*.txt
-#             (BUSY_SERVER: another coalesce-server binary)
+#             (BUSY_SERVER: another coalesce-server binary; BUSY_NSYS_FLAGS:
+#             more flags for nsys profile); how many of the server's
+#             launches the trace kept, and the busy time per launch against
+#             the trace's, which still compare if it lost some
 #             (the Nsight Systems reports of busy and latency are deleted
 #             once read, their traces kept as CSV; KEEP_NSYS_REP=1 keeps
 #             them)
@@ -683,8 +686,10 @@ if has busy; then
   # name transport bytes concurrency [shape] [op]
   while read -r name tr bytes conc shape op; do
     wrap=()
+    # shellcheck disable=SC2206  # BUSY_NSYS_FLAGS are words
     [ -z "$nsys_bin" ] || wrap=("$nsys_bin" profile -t cuda --sample=none \
-      --cpuctxsw=none -o "$out/busy-$name" --force-overwrite true)
+      --cpuctxsw=none ${BUSY_NSYS_FLAGS:-} -o "$out/busy-$name" \
+      --force-overwrite true)
     serve_profiled ${wrap[@]+"${wrap[@]}"}
     nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
       -lms 100 >"$out/busy-$name-smi.csv" &
@@ -705,16 +710,18 @@ if has busy; then
     nsys_report "$out/busy-$name"
     "$nsys_bin" stats -q -r cuda_gpu_trace -f csv -o "$out/busy-$name" \
       "$out/busy-$name.nsys-rep" >>"$out/busy-$name.txt" 2>&1
-    read -r seconds server_busy < <(python3 -c 'import json, sys
+    read -r seconds server_busy launches < <(python3 -c 'import json, sys
 rows = [r for r in json.load(open(sys.argv[1]))["results"] if r["op"] != "echo"]
-print(rows[-1]["seconds"], rows[-1]["server_busy"])' "$out/busy-$name.json")
+r = rows[-1]
+print(r["seconds"], r["server_busy"], round(r["requests"] / (r["mean_batch"] or 1)))' \
+      "$out/busy-$name.json")
     if [ ! -f "$out/busy-${name}_cuda_gpu_trace.csv" ]; then
       echo "busy: no Nsight Systems report for $name (busy-$name.import.log)" |
         tee -a "$out/busy-$name.txt"
       continue
     fi
     python3 bench/request_profile.py busy "$out/busy-${name}_cuda_gpu_trace.csv" \
-      --window="$seconds" --server_busy="$server_busy" |
+      --window="$seconds" --server_busy="$server_busy" --launches="$launches" |
       tee -a "$out/busy-$name.txt"
     gzip -f "$out/busy-${name}_cuda_gpu_trace.csv"
     rm -f "$out/busy-$name.sqlite"
