@@ -37,8 +37,9 @@ struct DeviceInfo {
   double theoretical_bandwidth = 0;    // bytes/s, from clock and bus width
   double measured_copy_bandwidth = 0;  // bytes/s, read + write, timed
   // CUDA: what the pair of events around a request's launches adds to their
-  // span, in seconds, measured at start-up (MeasureEventOverhead); 0 on the
-  // CPU. The device busy ratio subtracts it once per launch.
+  // span, in seconds: an empty kernel's span between them, measured at
+  // start-up (MeasureEventOverhead); 0 on the CPU. The device busy ratio
+  // subtracts it once per launch.
   double event_overhead_seconds = 0;
   double peak_fp32_flops = 0;    // FLOP/s estimate for roofline
   double peak_tensor_flops = 0;  // 16-bit tensor-core FLOP/s estimate

@@ -192,8 +192,9 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       "of the time the device ran kernels.");
   Family<Gauge>& overhead_family = registry->AddGauge(
       "coalesce_device_event_overhead_seconds",
-      "What the CUDA events that time a launch add to its span, measured at "
-      "start-up (0 on the CPU backend).");
+      "What the CUDA events that time a launch add to its span: the span of "
+      "an empty kernel between them, measured at start-up (0 on the CPU "
+      "backend).");
   Family<Gauge>& busy_family = registry->AddGauge(
       "coalesce_device_busy_ratio",
       "Kernel time over wall time since the previous scrape (rate of "

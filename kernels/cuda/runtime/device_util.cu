@@ -436,36 +436,23 @@ absl::StatusOr<double> MeasureEventOverhead(LaunchGate& gate,
                                             cudaStream_t stream,
                                             cudaEvent_t start,
                                             cudaEvent_t stop) {
-  constexpr int kSpans = 16, kRun = 32;
-  // Milliseconds from start to stop around `kernels` empty launches, all
-  // queued behind the closed gate before it opens.
-  auto span = [&](int kernels) -> absl::StatusOr<float> {
+  constexpr int kSpans = 16;
+  std::vector<float> spans;
+  for (int i = 0; i <= kSpans; ++i) {  // the first warms up
     COALESCE_RETURN_IF_ERROR(gate.Close(stream));
     absl::Cleanup open = [&gate] { gate.Open(); };
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
-    for (int i = 0; i < kernels; ++i) NopKernel<<<1, 32, 0, stream>>>();
+    NopKernel<<<1, 32, 0, stream>>>();
     COALESCE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
     std::move(open).Invoke();
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
     float ms = 0;
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
-    return ms;
-  };
-  auto median = [](std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  std::vector<float> one, run;
-  for (int i = 0; i <= kSpans; ++i) {  // the first of each warms up
-    COALESCE_ASSIGN_OR_RETURN(const float a, span(1));
-    COALESCE_ASSIGN_OR_RETURN(const float b, span(kRun));
-    if (i == 0) continue;
-    one.push_back(a);
-    run.push_back(b);
+    if (i > 0) spans.push_back(ms);
   }
-  const double ms = median(one) - median(run) / kRun;
-  return std::max(0.0, ms * 1e-3);
+  std::sort(spans.begin(), spans.end());
+  return std::max(0.0, spans[spans.size() / 2] * 1e-3);
 }
 
 }  // namespace coalesce::cuda

@@ -105,11 +105,12 @@ class LaunchGate {
 };
 
 // What a pair of events around launches queued behind a closed gate (as a
-// request's are) adds to their span, in seconds: the span of one empty
-// kernel between the events, less an empty kernel's share of the span of a
-// run of them between one pair (the kernel boundary itself). The medians of
-// 16 spans each; at least 0. Uses gate, stream and the two events; the
-// stream must be idle.
+// request's are) adds to their span, in seconds: the median span of one
+// empty kernel between them, of 16, so that an empty launch counts as no
+// kernel time. Under the gate the opening event fires 2.5-3 us before the
+// kernel starts (the gate's end to the kernel's start, in a trace), which a
+// run of back-to-back kernels hides, so no run's share comes off. Uses
+// gate, stream and the two events; the stream must be idle.
 absl::StatusOr<double> MeasureEventOverhead(LaunchGate& gate,
                                             cudaStream_t stream,
                                             cudaEvent_t start,
