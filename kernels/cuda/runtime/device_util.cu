@@ -452,7 +452,7 @@ absl::StatusOr<double> MeasureEventOverhead(LaunchGate& gate,
     if (i > 0) spans.push_back(ms);
   }
   std::sort(spans.begin(), spans.end());
-  return std::max(0.0, spans[spans.size() / 2] * 1e-3);
+  return spans[spans.size() / 2] * 1e-3;
 }
 
 }  // namespace coalesce::cuda
