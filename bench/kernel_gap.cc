@@ -28,7 +28,8 @@
 //             replayed as is and re-captured with new buffers each time
 //             (cudaGraphExecUpdate), at 1 KiB and 64 KiB each way; and a
 //             pipelined request's calls (the launch gate closed, the kernel
-//             between two events on device operands, the gate opened).
+//             between two events on device operands, the gate opened),
+//             the same without the gate, and as one graph replayed.
 //             --submit_pause_us adds a pause before each request, spent
 //             asleep (as a server thread waits for the next request) and
 //             spinning (the CPU kept awake): what a lone client's requests,
@@ -365,6 +366,22 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
       cudaGraphExec_t e;
       ~ExecGuard() { cudaGraphExecDestroy(e); }
     } exec_guard{exec};
+    // A pipelined request's kernel between its two events, as one graph:
+    // the launch submits all three at once, so no gate is needed for the
+    // events to time the kernel alone.
+    COALESCE_ASSIGN_OR_RETURN(
+        cudaGraph_t pipelined_graph, Capture(stream, [&]() -> absl::Status {
+          COALESCE_CUDA_RETURN_IF_ERROR(
+              cudaEventRecordWithFlags(ev[1], stream, cudaEventRecordExternal));
+          COALESCE_RETURN_IF_ERROR(
+              cuda::LaunchCopy(3, din[1], dout[1], bytes, stream));
+          COALESCE_CUDA_RETURN_IF_ERROR(
+              cudaEventRecordWithFlags(ev[2], stream, cudaEventRecordExternal));
+          return absl::OkStatus();
+        }));
+    COALESCE_ASSIGN_OR_RETURN(cudaGraphExec_t pipelined_exec,
+                              Instantiate(pipelined_graph));
+    ExecGuard pipelined_guard{pipelined_exec};
     // Each mode's output lands in hout, or stays in device_output.
     struct Mode {
       const char* name;
@@ -402,6 +419,22 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
            COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], stream));
            gate->Open();
            return absl::OkStatus();
+         },
+         dout[1]},
+        {"pipelined, ungated",
+         [&](int r) -> absl::Status {
+           const int set = r & 1;
+           COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream));
+           COALESCE_RETURN_IF_ERROR(
+               cuda::LaunchCopy(3, din[set], dout[set], bytes, stream));
+           COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], stream));
+           return absl::OkStatus();
+         },
+         dout[1]},
+        {"pipelined, graph replayed",
+         [&](int) {
+           return CudaStatus(cudaGraphLaunch(pipelined_exec, stream),
+                             "cudaGraphLaunch", __FILE__, __LINE__);
          },
          dout[1]},
     };
