@@ -6,11 +6,13 @@
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/dtype.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/reference.h"
 
 namespace coalesce {
@@ -386,6 +388,49 @@ std::string Dump(absl::string_view name, uint64_t seed,
   return absl::StrCat("; raw inputs and outputs in ", prefix, "-*.bin");
 }
 
+// out against the references of p on host's inputs: bit-exact for data
+// movement, within the op's error bounds for arithmetic.
+absl::Status CompareOutputs(const std::string& where, const KernelVariant& v,
+                            const Problem& p, uint64_t seed,
+                            const Operands& host, std::vector<Buffer>& in,
+                            std::vector<Buffer>& out) {
+  const DType t = DTypeOf(p);
+  const size_t es = ElementSize(t);
+  const Expected e = ExpectedOutputs(p, host);
+  for (size_t o = 0; o < out.size(); ++o) {
+    const std::vector<double>& ref = e.ref[o];
+    const std::vector<double>& tol = e.tol[o];
+    const void* got = out[o].body();
+    const int64_t n = static_cast<int64_t>(out[o].size / es);
+    int64_t bad = 0;
+    int64_t first = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool ok = tol.empty()
+                          ? RawBits(got, t, i) == EncodeBits(ref[i], t)
+                          : std::fabs(LoadAsFloat(got, t, i) - ref[i]) <=
+                                tol[i];  // false for NaN
+      if (!ok && bad++ == 0) first = i;
+    }
+    if (bad == 0) continue;
+    const double g = LoadAsFloat(got, t, first);
+    const std::string detail =
+        tol.empty() ? absl::StrFormat(
+                          "got %.9g (bits 0x%x), expected %.9g (bits "
+                          "0x%x), bit-exact required",
+                          g, RawBits(got, t, first), ref[first],
+                          EncodeBits(ref[first], t))
+                    : absl::StrFormat(
+                          "got %.9g, expected %.9g, error %.3g, "
+                          "tolerance %.3g",
+                          g, ref[first], std::fabs(g - ref[first]), tol[first]);
+    return absl::InternalError(
+        absl::StrCat(where, ": output ", o, ": ", bad, " of ", n,
+                     " elements wrong; first at index ", first, ": ", detail,
+                     Dump(v.name(), seed, in, out)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 GemmProblem Gemm(DType t, int64_t batch, int64_t m, int64_t n, int64_t k,
@@ -455,9 +500,6 @@ absl::Status CheckVariant(Backend& backend, const KernelVariant& v,
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": variant cannot implement it: ", s.message()));
   }
-  const DType t = DTypeOf(p);
-  const size_t es = ElementSize(t);
-
   std::vector<Buffer> in = MakeInputs(p, seed);
   const std::vector<Buffer> in_copy = in;
   const OperandSizes sizes = OperandBytes(p);
@@ -498,37 +540,72 @@ absl::Status CheckVariant(Backend& backend, const KernelVariant& v,
     }
   }
 
-  const Expected e = ExpectedOutputs(p, ops);
-  for (size_t o = 0; o < out.size(); ++o) {
-    const std::vector<double>& ref = e.ref[o];
-    const std::vector<double>& tol = e.tol[o];
-    const void* got = out[o].body();
-    const int64_t n = static_cast<int64_t>(out[o].size / es);
-    int64_t bad = 0;
-    int64_t first = -1;
-    for (int64_t i = 0; i < n; ++i) {
-      const bool ok = tol.empty()
-                          ? RawBits(got, t, i) == EncodeBits(ref[i], t)
-                          : std::fabs(LoadAsFloat(got, t, i) - ref[i]) <=
-                                tol[i];  // false for NaN
-      if (!ok && bad++ == 0) first = i;
+  return CompareOutputs(where, v, p, seed, ops, in, out);
+}
+
+absl::Status CheckVariantResident(Backend& backend, const KernelVariant& v,
+                                  const Problem& p, uint64_t seed, int runs,
+                                  int* graph_replays) {
+  const std::string where = absl::StrCat(v.name(), " on ", Describe(p),
+                                         " (stored operands), seed ", seed);
+  if (absl::Status s = v.CanImplement(p, backend.device()); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": variant cannot implement it: ", s.message()));
+  }
+  std::vector<Buffer> in = MakeInputs(p, seed);
+  const OperandSizes sizes = OperandBytes(p);
+  std::vector<Buffer> out(sizes.outputs.size());
+  // Host operands: the reference's inputs and each run's outputs, read back.
+  Operands host;
+  // The same operands stored on the device, kept for every run.
+  Operands stored;
+  std::vector<std::shared_ptr<void>> keep;
+  const auto store = [&](int64_t bytes) -> absl::StatusOr<void*> {
+    if (bytes == 0) return nullptr;
+    COALESCE_ASSIGN_OR_RETURN(std::shared_ptr<void> r,
+                              backend.AllocateResident(bytes));
+    keep.push_back(r);
+    return r.get();
+  };
+  for (Buffer& b : in) {
+    host.inputs.push_back(b.size == 0 ? nullptr : b.body());
+    COALESCE_ASSIGN_OR_RETURN(void* r, store(b.size));
+    if (r != nullptr) {
+      COALESCE_RETURN_IF_ERROR(
+          backend.CopyToResident(r, b.size, 0, b.body(), b.size));
     }
-    if (bad == 0) continue;
-    const double g = LoadAsFloat(got, t, first);
-    const std::string detail =
-        tol.empty() ? absl::StrFormat(
-                          "got %.9g (bits 0x%x), expected %.9g (bits "
-                          "0x%x), bit-exact required",
-                          g, RawBits(got, t, first), ref[first],
-                          EncodeBits(ref[first], t))
-                    : absl::StrFormat(
-                          "got %.9g, expected %.9g, error %.3g, "
-                          "tolerance %.3g",
-                          g, ref[first], std::fabs(g - ref[first]), tol[first]);
-    return absl::InternalError(
-        absl::StrCat(where, ": output ", o, ": ", bad, " of ", n,
-                     " elements wrong; first at index ", first, ": ", detail,
-                     Dump(v.name(), seed, in, out)));
+    stored.inputs.push_back(r);
+    stored.input_spaces.push_back(MemorySpace::kResident);
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].size = sizes.outputs[i];
+    out[i].bytes.assign(out[i].size, 0);
+    host.outputs.push_back(out[i].size == 0 ? nullptr : out[i].body());
+    COALESCE_ASSIGN_OR_RETURN(void* r, store(out[i].size));
+    stored.outputs.push_back(r);
+    stored.output_spaces.push_back(MemorySpace::kResident);
+  }
+  *graph_replays = 0;
+  for (int run = 0; run < runs; ++run) {
+    const std::string this_run = absl::StrCat(where, ", run ", run + 1);
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].size == 0) continue;
+      Poison(out[i].body(), out[i].size);
+      COALESCE_RETURN_IF_ERROR(backend.CopyToResident(
+          stored.outputs[i], out[i].size, 0, out[i].body(), out[i].size));
+    }
+    RunResult result;
+    if (absl::Status s = backend.Execute(v, p, stored, &result); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(this_run, ": ", s.message()));
+    }
+    if (result.graph_replayed) ++*graph_replays;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].size == 0) continue;
+      COALESCE_RETURN_IF_ERROR(backend.CopyFromResident(
+          stored.outputs[i], out[i].size, 0, out[i].body(), out[i].size));
+    }
+    COALESCE_RETURN_IF_ERROR(
+        CompareOutputs(this_run, v, p, seed, host, in, out));
   }
   return absl::OkStatus();
 }

@@ -45,6 +45,16 @@ GemmProblem WithC(GemmProblem g, float alpha, float beta);
 absl::Status CheckVariant(Backend& backend, const KernelVariant& v,
                           const Problem& p, uint64_t seed);
 
+// CheckVariant with every operand stored on the backend
+// (Backend::AllocateResident), the call made `runs` times on the same
+// addresses with the outputs poisoned before each, every run's outputs
+// checked: what a client that pipelines into one output handle sends.
+// *graph_replays: the runs the backend replayed as a graph
+// (RunResult::graph_replayed).
+absl::Status CheckVariantResident(Backend& backend, const KernelVariant& v,
+                                  const Problem& p, uint64_t seed, int runs,
+                                  int* graph_replays);
+
 // n elements of type t, uniform in [lo, hi] but avoiding magnitudes below
 // 1/64 of max(|lo|, |hi|) (no zeros, no cancellation-prone tiny values),
 // rounded to t. Deterministic in seed, whatever the thread count.
