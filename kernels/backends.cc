@@ -111,7 +111,7 @@ absl::StatusOr<BackendChoice> CreateBackend(const BackendOptions& opts) {
       absl::Status failed;
       for (int i : ordinals) {
         absl::StatusOr<std::unique_ptr<Backend>> cuda =
-            CreateCudaBackend(i, opts.cuda_lanes);
+            CreateCudaBackend(i, opts.cuda_lanes, opts.cuda_launch_graphs);
         if (!cuda.ok()) {
           failed = cuda.status();
           break;

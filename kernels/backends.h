@@ -24,6 +24,9 @@ struct BackendOptions {
   // CUDA: requests in flight on the device, each on a stream with its own
   // pinned staging; 0: the backend's default (kDefaultCudaLanes).
   int cuda_lanes = 0;
+  // CUDA: calls on stored operands that repeat (the same variant, problem
+  // and operand addresses) replay a CUDA graph (LaunchGraphs).
+  bool cuda_launch_graphs = true;
 };
 
 struct BackendChoice {

@@ -178,6 +178,11 @@ ABSL_FLAG(int32_t, max_in_flight, 0,
           "launches the device runs at once (a batch of requests is one); "
           "on a GPU each has a stream and 16 MiB of pinned staging of its "
           "own; 0: the backend's own figure (4 on a GPU, 2 on the CPU)");
+ABSL_FLAG(bool, launch_graphs, true,
+          "on a GPU, a request on stored tensors that repeats on a stream "
+          "(the same variant, shape and tensor addresses, as a pipeline "
+          "writing into one output handle sends) replays a CUDA graph of "
+          "its launches: one driver call instead of several");
 ABSL_FLAG(int64_t, max_queue_requests, 1024,
           "ops that may wait for the device, all clients together; past it "
           "a request is refused at once with RESOURCE_EXHAUSTED");
@@ -549,6 +554,7 @@ int Main(int argc, char** argv) {
       "                  [--unix_socket=PATH] [--max_uploads_per_client=N]\n"
       "                  [--max_tensors_per_client=N] [--max_tensors=N]\n"
       "                  [--upload_idle_timeout_s=S] [--max_in_flight=N]\n"
+      "                  [--[no]launch_graphs]\n"
       "                  [--max_queue_requests=N] [--max_queue_bytes=N]\n"
       "                  [--batch_ops=auto|none|OP,...] "
       "[--batch_max_requests=N]\n"
@@ -618,6 +624,7 @@ int Main(int argc, char** argv) {
   backend_options.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
   // On a GPU each op in flight has a stream of its own.
   backend_options.cuda_lanes = absl::GetFlag(FLAGS_max_in_flight);
+  backend_options.cuda_launch_graphs = absl::GetFlag(FLAGS_launch_graphs);
   absl::StatusOr<BackendChoice> choice = CreateBackend(backend_options);
   if (!choice.ok()) {
     spdlog::critical("cannot create a backend: {}", choice.status().ToString());

@@ -54,6 +54,11 @@ struct RunResult {
   // queued; 0 on the CPU.
   double stream_wait_seconds = 0;
   LaunchInfo launch;
+  // CUDA: the launches, with the events that time them, were one graph
+  // replayed: this lane ran the same variant, problem and operand addresses
+  // before (calls on stored operands only). The events' own share of the
+  // span is then DeviceInfo::graph_event_overhead_seconds.
+  bool graph_replayed = false;
   // Device counters of the variant's kernels, read by a profiler on the
   // launches that Backend::EnableProfileSampling picks. On a sampled run
   // kernel_seconds is the profiler's GPU time of those kernels: the

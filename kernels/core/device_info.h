@@ -41,6 +41,9 @@ struct DeviceInfo {
   // start-up (MeasureEventOverhead); 0 on the CPU. The device busy ratio
   // subtracts it once per launch.
   double event_overhead_seconds = 0;
+  // The same for a call replayed as a CUDA graph (RunResult::graph_replayed):
+  // an empty kernel's graph between the two events as its nodes.
+  double graph_event_overhead_seconds = 0;
   double peak_fp32_flops = 0;    // FLOP/s estimate for roofline
   double peak_tensor_flops = 0;  // 16-bit tensor-core FLOP/s estimate
 };

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "base/status_macros.h"
@@ -180,9 +181,10 @@ absl::StatusOr<std::vector<OperandSizes>> StackedSizes(
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(DeviceInfo info, int lanes)
+  CudaBackend(DeviceInfo info, int lanes, bool launch_graphs)
       : device_(std::move(info)),
         lane_count_(lanes),
+        launch_graphs_(launch_graphs),
         lanes_(device_.ordinal),
         resident_(device_.ordinal, &lanes_) {
     RegisterCudaVariants(registry_);
@@ -209,6 +211,9 @@ class CudaBackend final : public Backend {
           device_.event_overhead_seconds,
           cuda::MeasureEventOverhead(*l.gate, l.stream, l.kernel_start,
                                      l.kernel_stop));
+      COALESCE_ASSIGN_OR_RETURN(device_.graph_event_overhead_seconds,
+                                cuda::MeasureGraphEventOverhead(
+                                    l.stream, l.kernel_start, l.kernel_stop));
       return absl::OkStatus();
     });
   }
@@ -445,8 +450,12 @@ class CudaBackend final : public Backend {
     ctx.device = &device_;
     std::optional<cuda::RangeCounters> counters;
     absl::Status sample_error;
-    COALESCE_RETURN_IF_ERROR(
-        sampling_.Run(l, v, p, dev, ctx, &counters, &sample_error));
+    COALESCE_ASSIGN_OR_RETURN(const bool replayed,
+                              MaybeReplay(l, v, p, operands, dev, ctx));
+    if (!replayed) {
+      COALESCE_RETURN_IF_ERROR(
+          sampling_.Run(l, v, p, dev, ctx, &counters, &sample_error));
+    }
     const Clock::time_point released = Clock::now();
     // StageOut waits for its copy, the last work queued: the call's end.
     bool waited = false;
@@ -461,8 +470,93 @@ class CudaBackend final : public Backend {
     if (!waited) {
       COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(l.kernel_stop));
     }
-    return FillResult(l, ctx, counters, std::move(sample_error),
-                      {start, released, Clock::now(), anchor.get()}, result);
+    COALESCE_RETURN_IF_ERROR(
+        FillResult(l, ctx, counters, std::move(sample_error),
+                   {start, released, Clock::now(), anchor.get()}, result));
+    if (result != nullptr) result->graph_replayed = replayed;
+    return absl::OkStatus();
+  }
+
+  // Launches v's call as the lane's graph of it (LaunchGraphs), capturing
+  // the graph first on the call's second sighting; true when it did. Only
+  // calls whose operands are all stored on the device (the addresses are
+  // the call), outside profile sampling (whose ranges gate launches).
+  // A call whose work a graph cannot hold falls back to the stream, for
+  // good.
+  absl::StatusOr<bool> MaybeReplay(Lane& l, const KernelVariant& v,
+                                   const Problem& p, const Operands& operands,
+                                   const Operands& dev, ExecContext& ctx) {
+    if (!launch_graphs_ || sampling_.enabled()) return false;
+    cuda::LaunchKey key{&v, p, {}};
+    for (size_t i = 0; i < dev.inputs.size(); ++i) {
+      if (dev.inputs[i] != nullptr &&
+          operands.input_space(i) != MemorySpace::kResident) {
+        return false;
+      }
+      key.operands.push_back(dev.inputs[i]);
+    }
+    for (size_t i = 0; i < dev.outputs.size(); ++i) {
+      if (dev.outputs[i] != nullptr &&
+          operands.output_space(i) != MemorySpace::kResident) {
+        return false;
+      }
+      key.operands.push_back(dev.outputs[i]);
+    }
+    const cuda::LaunchGraphs::Graph* graph = l.graphs->Find(key);
+    if (graph == nullptr) {
+      if (!l.graphs->ShouldCapture(key)) return false;
+      ExecContext captured = ctx;
+      absl::StatusOr<cudaGraphExec_t> exec =
+          CaptureCall(l, v, p, dev, captured);
+      if (!exec.ok()) {
+        cudaGetLastError();  // a refused capture leaves nothing behind
+        l.graphs->Refuse(key);
+        return false;
+      }
+      if (captured.launch.cold) {
+        // One-time work (a module's load, a plan's build) ran during the
+        // capture; the next sighting captures the call warm.
+        cudaGraphExecDestroy(*exec);
+        return false;
+      }
+      l.graphs->Put(key, *exec, captured.launch);
+      graph = l.graphs->Find(key);
+    }
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph->exec, l.stream));
+    ctx.launch = graph->launch;
+    return true;
+  }
+
+  // v's launches between the lane's timing events, captured from the
+  // lane's stream into an executable graph (nothing runs).
+  static absl::StatusOr<cudaGraphExec_t> CaptureCall(Lane& l,
+                                                     const KernelVariant& v,
+                                                     const Problem& p,
+                                                     const Operands& dev,
+                                                     ExecContext& ctx) {
+    // Relaxed: other threads' calls (an allocation, say) stay legal.
+    COALESCE_CUDA_RETURN_IF_ERROR(
+        cudaStreamBeginCapture(l.stream, cudaStreamCaptureModeRelaxed));
+    absl::Status s =
+        cuda::CudaStatus(cudaEventRecordWithFlags(l.kernel_start, l.stream,
+                                                  cudaEventRecordExternal),
+                         "cudaEventRecordWithFlags", __FILE__, __LINE__);
+    if (s.ok()) s = v.Run(p, dev, ctx);
+    if (s.ok()) {
+      s = cuda::CudaStatus(cudaEventRecordWithFlags(l.kernel_stop, l.stream,
+                                                    cudaEventRecordExternal),
+                           "cudaEventRecordWithFlags", __FILE__, __LINE__);
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(l.stream, &graph);
+    absl::Cleanup destroy = [graph] {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    };
+    COALESCE_RETURN_IF_ERROR(s);
+    COALESCE_CUDA_RETURN_IF_ERROR(end);
+    cudaGraphExec_t exec = nullptr;
+    COALESCE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+    return exec;
   }
 
   using Clock = std::chrono::steady_clock;
@@ -679,6 +773,7 @@ class CudaBackend final : public Backend {
   // themselves go in the destructor), then the variants.
   DeviceInfo device_;
   const int lane_count_;
+  const bool launch_graphs_;
   std::vector<DeviceInfo> others_;
   VariantRegistry registry_;
   cuda::LanePool lanes_;
@@ -753,14 +848,15 @@ int CudaDeviceCount() {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
-                                                           int lanes) {
+                                                           int lanes,
+                                                           bool launch_graphs) {
   if (lanes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA lanes must be >= 0, not ", lanes));
   }
   COALESCE_ASSIGN_OR_RETURN(DeviceInfo info, ProbeDevice(device));
   auto backend = std::make_unique<CudaBackend>(
-      std::move(info), lanes > 0 ? lanes : kDefaultCudaLanes);
+      std::move(info), lanes > 0 ? lanes : kDefaultCudaLanes, launch_graphs);
   int count = 0;
   std::vector<DeviceInfo> others;
   if (cudaGetDeviceCount(&count) == cudaSuccess) {

@@ -20,9 +20,10 @@ inline constexpr int kDefaultCudaLanes = 4;
 
 // FAILED_PRECONDITION when no CUDA device is visible (the message says why).
 // lanes: streams with their own pinned staging (2 x 8 MiB each); 0 means
-// kDefaultCudaLanes.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
-                                                           int lanes = 0);
+// kDefaultCudaLanes. launch_graphs: a call on stored operands that repeats
+// on a lane replays a CUDA graph of its launches (RunResult::graph_replayed).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    int device, int lanes = 0, bool launch_graphs = true);
 
 // CUDA devices this process can see; 0 when none (or no driver).
 int CudaDeviceCount();

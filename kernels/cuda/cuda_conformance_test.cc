@@ -238,6 +238,36 @@ TEST_F(CudaConformance, EveryVariantMatchesTheReference) {
               backend_->device().name.c_str());
 }
 
+// Stored operands, the same addresses three times: the first call runs on
+// the stream, the second is captured and replayed as a graph, the third
+// replays it; each run's outputs, poisoned before, must match the
+// reference. Two problems per variant and dtype.
+TEST_F(CudaConformance, EveryVariantReplaysRepeatedCallsAsAGraph) {
+  int checked = 0;
+  uint64_t seed = 1000;
+  for (const KernelVariant* v : backend_->registry().All()) {
+    if (!Selected(*v)) continue;
+    for (DType t : kAllDTypes) {
+      int taken = 0;
+      for (const Problem& p : ConformanceProblems(v->op(), t)) {
+        if (taken == 2) break;
+        if (!SizeSelected(p)) continue;
+        if (!v->CanImplement(p, backend_->device()).ok()) continue;
+        ++taken;
+        SCOPED_TRACE(std::string(v->name()) + " " + Describe(p));
+        int replays = -1;
+        const absl::Status s =
+            CheckVariantResident(*backend_, *v, p, ++seed, 3, &replays);
+        EXPECT_TRUE(s.ok()) << s;
+        EXPECT_EQ(replays, 2);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+  std::printf("replayed %d (variant, problem) pairs as graphs\n", checked);
+}
+
 TEST_F(CudaConformance, EveryOpHasACudaVariant) {
   for (OpKind op : {OpKind::kTranspose, OpKind::kConvertLayout, OpKind::kGemm,
                     OpKind::kGeluLayerNorm}) {
@@ -259,6 +289,12 @@ TEST_F(CudaConformance, EventOverheadIsMeasured) {
   const double overhead = backend_->device().event_overhead_seconds;
   EXPECT_GT(overhead, 0);
   EXPECT_LT(overhead, 10e-6);
+  // The same between a graph's event nodes.
+  const double graph = backend_->device().graph_event_overhead_seconds;
+  EXPECT_GT(graph, 0);
+  EXPECT_LT(graph, 10e-6);
+  std::printf("event overhead: %.2f us gated, %.2f us in a graph\n",
+              overhead * 1e6, graph * 1e6);
 }
 
 // The same-size copy ceiling, timed as a variant is, with a tail of 7 bytes

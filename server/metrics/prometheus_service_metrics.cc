@@ -195,6 +195,16 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
       "What the CUDA events that time a launch add to its span: the span of "
       "an empty kernel between them, measured at start-up (0 on the CPU "
       "backend).");
+  Family<Gauge>& graph_overhead_family = registry->AddGauge(
+      "coalesce_device_graph_event_overhead_seconds",
+      "The same for a launch replayed as a CUDA graph with its events: the "
+      "span of an empty kernel's graph between them, measured at start-up "
+      "(0 on the CPU backend).");
+  Family<Counter>& graph_replays_family = registry->AddCounter(
+      "coalesce_device_graph_replays_total",
+      "Requests whose launches were a CUDA graph replayed: a call on stored "
+      "operands that the same stream ran before (the same variant, problem "
+      "and operand addresses), one driver call instead of several.");
   Family<Gauge>& busy_family = registry->AddGauge(
       "coalesce_device_busy_ratio",
       "Kernel time over wall time since the previous scrape (rate of "
@@ -203,12 +213,15 @@ PrometheusServiceMetrics::PrometheusServiceMetrics(Registry* registry,
     const Labels labels = DeviceLabels(backend.device_at(i));
     Counter* kernel = &kernel_total.Add(labels);
     const double overhead = backend.device_at(i).event_overhead_seconds;
+    const double graph_overhead =
+        backend.device_at(i).graph_event_overhead_seconds;
     // A launch's span arrives when its caller has read its events, a
     // moment after it ended; one second covers any caller's delay.
-    device_kernel_time_.push_back({kernel, overhead,
-                                   std::make_unique<absl::Mutex>(),
-                                   std::make_unique<SpanUnion>(1.0)});
+    device_kernel_time_.push_back(
+        {kernel, overhead, graph_overhead, &graph_replays_family.Add(labels),
+         std::make_unique<absl::Mutex>(), std::make_unique<SpanUnion>(1.0)});
     overhead_family.Add(labels).Set(overhead);
+    graph_overhead_family.Add(labels).Set(graph_overhead);
     Gauge& busy = busy_family.Add(labels);
     registry->AddCollectHook(
         [&busy, kernel,
@@ -600,16 +613,19 @@ void PrometheusServiceMetrics::KernelRan(const KernelObservation& kernel) {
   if (device < device_kernel_time_.size()) {
     const DeviceKernelTime& time = device_kernel_time_[device];
     const RunResult& run = kernel.run;
+    const double event_overhead =
+        run.graph_replayed ? time.graph_event_overhead : time.event_overhead;
+    if (run.graph_replayed) time.graph_replays->Increment();
     if (run.kernel_end > run.kernel_begin) {
       // Concurrent launches on other streams overlap this one: only the
       // part of its span that none of theirs covered counts.
       const double end =
-          std::max(run.kernel_begin, run.kernel_end - time.event_overhead);
+          std::max(run.kernel_begin, run.kernel_end - event_overhead);
       absl::MutexLock lock(time.mu.get());
       time.seconds->Increment(time.spans->Add(run.kernel_begin, end));
     } else {
       // A sampled launch's time is the kernels' own (CUPTI), with no events.
-      const double overhead = run.sampled ? 0.0 : time.event_overhead;
+      const double overhead = run.sampled ? 0.0 : event_overhead;
       time.seconds->Increment(NonNegative(run.kernel_seconds - overhead));
     }
   }

@@ -117,13 +117,16 @@ class PrometheusServiceMetrics final : public ServiceMetrics {
   std::array<std::atomic<RpcSeries*>, kNumRpcs> rpc_series_{};
   // Per kernel RPC (indexed by OpKind).
   std::array<Gauge*, kNumKernelRpcs> queued_{};
-  // A device's busy counter and DeviceInfo::event_overhead_seconds, which
-  // each event-timed launch's time loses before it counts; and the union
-  // of its launches' kernel spans (RunResult::kernel_begin), which it
-  // counts where the backend gave them.
+  // A device's busy counter and DeviceInfo::event_overhead_seconds (and
+  // graph_event_overhead_seconds, for a graph replayed), which each
+  // event-timed launch's time loses before it counts; the union of its
+  // launches' kernel spans (RunResult::kernel_begin), which it counts where
+  // the backend gave them; and its count of graph replays.
   struct DeviceKernelTime {
     Counter* seconds;
     double event_overhead;
+    double graph_event_overhead;
+    Counter* graph_replays;
     std::unique_ptr<absl::Mutex> mu;
     std::unique_ptr<SpanUnion> spans;
   };

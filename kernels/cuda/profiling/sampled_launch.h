@@ -35,6 +35,10 @@ class SampledLaunches {
   // Backend::DisableProfileSampling: releases the sampler; every later Run
   // is unsampled. Not while a Run is in progress.
   void Disable();
+  // Whether launches may be sampled now (Enable called, Disable not since).
+  bool enabled() const {
+    return sampler_.load(std::memory_order_acquire) != nullptr;
+  }
 
   // Runs v on the lane's stream, kernel_start and kernel_stop recorded
   // around the launches. With sampling on, a launch the picker chooses

@@ -116,4 +116,11 @@ absl::StatusOr<double> MeasureEventOverhead(LaunchGate& gate,
                                             cudaEvent_t start,
                                             cudaEvent_t stop);
 
+// The same for launches replayed as a graph between the two events as its
+// nodes (LaunchGraphs): the median span of one empty kernel's graph, of 16.
+// Uses stream and the two events; the stream must be idle.
+absl::StatusOr<double> MeasureGraphEventOverhead(cudaStream_t stream,
+                                                 cudaEvent_t start,
+                                                 cudaEvent_t stop);
+
 }  // namespace coalesce::cuda

@@ -55,6 +55,7 @@ absl::Status LanePool::Init(int count) {
           cudaMallocHost(&l.staging[i], kStagingChunkBytes));
     }
     COALESCE_ASSIGN_OR_RETURN(l.gate, LaunchGate::Create());
+    l.graphs = std::make_unique<LaunchGraphs>();
     free_.push_back(&l);
   }
   return absl::OkStatus();
@@ -63,6 +64,7 @@ absl::Status LanePool::Init(int count) {
 void LanePool::Shutdown() {
   for (Lane& l : lanes_) {
     if (l.stream) cudaStreamSynchronize(l.stream);
+    l.graphs.reset();  // before the events its graphs record
     for (int i = 0; i < 2; ++i) {
       if (l.staging[i]) cudaFreeHost(l.staging[i]);
       if (l.staging_free[i]) cudaEventDestroy(l.staging_free[i]);

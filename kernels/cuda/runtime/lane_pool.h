@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/runtime/device_util.h"
+#include "kernels/cuda/runtime/launch_graphs.h"
 
 namespace coalesce::cuda {
 
@@ -46,6 +47,8 @@ struct Lane {
   cudaEvent_t staging_free[2] = {nullptr, nullptr};
   // Holds the stream at kernel_start until the launches are queued.
   std::unique_ptr<LaunchGate> gate;
+  // Calls on stored operands that repeat, replayed as graphs.
+  std::unique_ptr<LaunchGraphs> graphs;
 };
 
 // OK until an error leaves the CUDA context unusable; then INTERNAL for

@@ -17,7 +17,8 @@ const void* Address(uintptr_t i) {
 }
 
 LaunchKey Key(uintptr_t variant, int64_t rows, uintptr_t in, uintptr_t out) {
-  return {Variant(variant), TransposeProblem{DType::kFloat32, 1, rows, 32},
+  return {Variant(variant),
+          TransposeProblem{DType::kFloat32, 1, rows, 32},
           {Address(in), Address(out)}};
 }
 

@@ -85,6 +85,7 @@ void FillReport(const Backend& backend, const Problem& p,
   report->set_selection_source(selection.source);
   report->set_selection_reason(selection.reason);
   report->set_cold_start(run.launch.cold);
+  report->set_graph_replayed(run.graph_replayed);
   report->set_batch_size(batch_size);
   // CPU variants launch nothing; an all-zero launch would only mislead.
   if (run.launch.launches > 0) {
