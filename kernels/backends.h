@@ -26,7 +26,7 @@ struct BackendOptions {
   int cuda_lanes = 0;
   // CUDA: calls on stored operands that repeat (the same variant, problem
   // and operand addresses) replay a CUDA graph (LaunchGraphs).
-  bool cuda_launch_graphs = true;
+  bool cuda_launch_graphs = false;
 };
 
 struct BackendChoice {

@@ -178,7 +178,7 @@ ABSL_FLAG(int32_t, max_in_flight, 0,
           "launches the device runs at once (a batch of requests is one); "
           "on a GPU each has a stream and 16 MiB of pinned staging of its "
           "own; 0: the backend's own figure (4 on a GPU, 2 on the CPU)");
-ABSL_FLAG(bool, launch_graphs, true,
+ABSL_FLAG(bool, launch_graphs, false,
           "on a GPU, a request on stored tensors that repeats on a stream "
           "(the same variant, shape and tensor addresses, as a pipeline "
           "writing into one output handle sends) replays a CUDA graph of "

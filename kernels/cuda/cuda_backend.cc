@@ -211,9 +211,11 @@ class CudaBackend final : public Backend {
           device_.event_overhead_seconds,
           cuda::MeasureEventOverhead(*l.gate, l.stream, l.kernel_start,
                                      l.kernel_stop));
-      COALESCE_ASSIGN_OR_RETURN(device_.graph_event_overhead_seconds,
-                                cuda::MeasureGraphEventOverhead(
-                                    l.stream, l.kernel_start, l.kernel_stop));
+      if (launch_graphs_) {
+        COALESCE_ASSIGN_OR_RETURN(device_.graph_event_overhead_seconds,
+                                  cuda::MeasureGraphEventOverhead(
+                                      l.stream, l.kernel_start, l.kernel_stop));
+      }
       return absl::OkStatus();
     });
   }

@@ -23,7 +23,7 @@ inline constexpr int kDefaultCudaLanes = 4;
 // kDefaultCudaLanes. launch_graphs: a call on stored operands that repeats
 // on a lane replays a CUDA graph of its launches (RunResult::graph_replayed).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
-    int device, int lanes = 0, bool launch_graphs = true);
+    int device, int lanes = 0, bool launch_graphs = false);
 
 // CUDA devices this process can see; 0 when none (or no driver).
 int CudaDeviceCount();

@@ -16,7 +16,9 @@ namespace coalesce {
 class CudaBackendTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(0);
+    // Graph replays on, so that the suites cover them too.
+    absl::StatusOr<std::unique_ptr<Backend>> b =
+        CreateCudaBackend(0, /*lanes=*/0, /*launch_graphs=*/true);
     if (b.ok()) {
       backend_ = std::move(*b).release();
     } else {
