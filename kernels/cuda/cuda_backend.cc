@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "base/status_macros.h"
@@ -530,35 +529,22 @@ class CudaBackend final : public Backend {
   }
 
   // v's launches between the lane's timing events, captured from the
-  // lane's stream into an executable graph (nothing runs).
+  // lane's stream into an executable graph (nothing runs). Relaxed: other
+  // threads' calls (an allocation, say) stay legal meanwhile.
   static absl::StatusOr<cudaGraphExec_t> CaptureCall(Lane& l,
                                                      const KernelVariant& v,
                                                      const Problem& p,
                                                      const Operands& dev,
                                                      ExecContext& ctx) {
-    // Relaxed: other threads' calls (an allocation, say) stay legal.
-    COALESCE_CUDA_RETURN_IF_ERROR(
-        cudaStreamBeginCapture(l.stream, cudaStreamCaptureModeRelaxed));
-    absl::Status s =
-        cuda::CudaStatus(cudaEventRecordWithFlags(l.kernel_start, l.stream,
-                                                  cudaEventRecordExternal),
-                         "cudaEventRecordWithFlags", __FILE__, __LINE__);
-    if (s.ok()) s = v.Run(p, dev, ctx);
-    if (s.ok()) {
-      s = cuda::CudaStatus(cudaEventRecordWithFlags(l.kernel_stop, l.stream,
-                                                    cudaEventRecordExternal),
-                           "cudaEventRecordWithFlags", __FILE__, __LINE__);
-    }
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(l.stream, &graph);
-    absl::Cleanup destroy = [graph] {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-    };
-    COALESCE_RETURN_IF_ERROR(s);
-    COALESCE_CUDA_RETURN_IF_ERROR(end);
-    cudaGraphExec_t exec = nullptr;
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
-    return exec;
+    return cuda::CaptureGraph(
+        l.stream, cudaStreamCaptureModeRelaxed, [&]() -> absl::Status {
+          COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
+              l.kernel_start, l.stream, cudaEventRecordExternal));
+          COALESCE_RETURN_IF_ERROR(v.Run(p, dev, ctx));
+          COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
+              l.kernel_stop, l.stream, cudaEventRecordExternal));
+          return absl::OkStatus();
+        });
   }
 
   using Clock = std::chrono::steady_clock;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cuda/runtime/cuda_check.h"
@@ -432,20 +433,16 @@ void LaunchGate::Open() {
   closed_ = false;
 }
 
-absl::StatusOr<double> MeasureEventOverhead(LaunchGate& gate,
-                                            cudaStream_t stream,
-                                            cudaEvent_t start,
-                                            cudaEvent_t stop) {
+namespace {
+
+// The median of 16 spans from start to stop, each queued by submit (a
+// first one before them warms up).
+absl::StatusOr<double> MedianEventSpan(absl::FunctionRef<absl::Status()> submit,
+                                       cudaEvent_t start, cudaEvent_t stop) {
   constexpr int kSpans = 16;
   std::vector<float> spans;
-  for (int i = 0; i <= kSpans; ++i) {  // the first warms up
-    COALESCE_RETURN_IF_ERROR(gate.Close(stream));
-    absl::Cleanup open = [&gate] { gate.Open(); };
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
-    NopKernel<<<1, 32, 0, stream>>>();
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
-    std::move(open).Invoke();
+  for (int i = 0; i <= kSpans; ++i) {
+    COALESCE_RETURN_IF_ERROR(submit());
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
     float ms = 0;
     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
@@ -455,41 +452,64 @@ absl::StatusOr<double> MeasureEventOverhead(LaunchGate& gate,
   return spans[spans.size() / 2] * 1e-3;
 }
 
-absl::StatusOr<double> MeasureGraphEventOverhead(cudaStream_t stream,
-                                                 cudaEvent_t start,
-                                                 cudaEvent_t stop) {
-  COALESCE_CUDA_RETURN_IF_ERROR(
-      cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  cudaError_t e =
-      cudaEventRecordWithFlags(start, stream, cudaEventRecordExternal);
-  if (e == cudaSuccess) {
-    NopKernel<<<1, 32, 0, stream>>>();
-    e = cudaGetLastError();
-  }
-  if (e == cudaSuccess) {
-    e = cudaEventRecordWithFlags(stop, stream, cudaEventRecordExternal);
-  }
+}  // namespace
+
+absl::StatusOr<double> MeasureEventOverhead(LaunchGate& gate,
+                                            cudaStream_t stream,
+                                            cudaEvent_t start,
+                                            cudaEvent_t stop) {
+  return MedianEventSpan(
+      [&]() -> absl::Status {
+        COALESCE_RETURN_IF_ERROR(gate.Close(stream));
+        absl::Cleanup open = [&gate] { gate.Open(); };
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
+        NopKernel<<<1, 32, 0, stream>>>();
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
+        return absl::OkStatus();
+      },
+      start, stop);
+}
+
+absl::StatusOr<cudaGraphExec_t> CaptureGraph(
+    cudaStream_t stream, cudaStreamCaptureMode mode,
+    absl::FunctionRef<absl::Status()> enqueue) {
+  COALESCE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, mode));
+  const absl::Status queued = enqueue();
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-  absl::Cleanup destroy_graph = [graph] {
+  absl::Cleanup destroy = [graph] {
     if (graph != nullptr) cudaGraphDestroy(graph);
   };
-  COALESCE_CUDA_RETURN_IF_ERROR(e);
+  COALESCE_RETURN_IF_ERROR(queued);
   COALESCE_CUDA_RETURN_IF_ERROR(end);
   cudaGraphExec_t exec = nullptr;
   COALESCE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
-  absl::Cleanup destroy_exec = [exec] { cudaGraphExecDestroy(exec); };
-  constexpr int kSpans = 16;
-  std::vector<float> spans;
-  for (int i = 0; i <= kSpans; ++i) {  // the first uploads and warms up
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
-    float ms = 0;
-    COALESCE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
-    if (i > 0) spans.push_back(ms);
-  }
-  std::sort(spans.begin(), spans.end());
-  return spans[spans.size() / 2] * 1e-3;
+  return exec;
+}
+
+absl::StatusOr<double> MeasureGraphEventOverhead(cudaStream_t stream,
+                                                 cudaEvent_t start,
+                                                 cudaEvent_t stop) {
+  COALESCE_ASSIGN_OR_RETURN(
+      cudaGraphExec_t exec,
+      CaptureGraph(stream, cudaStreamCaptureModeThreadLocal,
+                   [&]() -> absl::Status {
+                     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
+                         start, stream, cudaEventRecordExternal));
+                     NopKernel<<<1, 32, 0, stream>>>();
+                     COALESCE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+                     COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
+                         stop, stream, cudaEventRecordExternal));
+                     return absl::OkStatus();
+                   }));
+  absl::Cleanup destroy = [exec] { cudaGraphExecDestroy(exec); };
+  return MedianEventSpan(
+      [&]() -> absl::Status {
+        return CudaStatus(cudaGraphLaunch(exec, stream), "cudaGraphLaunch",
+                          __FILE__, __LINE__);
+      },
+      start, stop);
 }
 
 }  // namespace coalesce::cuda

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/dtype.h"
@@ -115,6 +116,13 @@ absl::StatusOr<double> MeasureEventOverhead(LaunchGate& gate,
                                             cudaStream_t stream,
                                             cudaEvent_t start,
                                             cudaEvent_t stop);
+
+// What enqueue queues on stream, captured in the given mode and
+// instantiated (nothing runs); the caller destroys the executable. An error
+// of enqueue ends the capture and is returned.
+absl::StatusOr<cudaGraphExec_t> CaptureGraph(
+    cudaStream_t stream, cudaStreamCaptureMode mode,
+    absl::FunctionRef<absl::Status()> enqueue);
 
 // The same for launches replayed as a graph between the two events as its
 // nodes (LaunchGraphs): the median span of one empty kernel's graph, of 16.
