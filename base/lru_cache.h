@@ -2,13 +2,15 @@
 // entry to make room: for caches keyed by what clients send (exact shapes),
 // which must not grow without bound however many distinct keys arrive.
 // Values are shared, so that an entry dropped while a caller still uses it
-// lives until that caller lets go. Not thread-safe: callers lock.
+// lives until that caller lets go. Keys are found through a std::map by
+// default; Index may be a hash map of K to LruEntries<K, V>::iterator
+// instead, for keys that hash but do not order. Not thread-safe: callers
+// lock.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -16,7 +18,12 @@
 
 namespace coalesce {
 
-template <typename K, typename V, typename Less = std::less<K>>
+// The entries, most recently used first.
+template <typename K, typename V>
+using LruEntries = std::list<std::pair<K, std::shared_ptr<V>>>;
+
+template <typename K, typename V,
+          typename Index = std::map<K, typename LruEntries<K, V>::iterator>>
 class LruCache {
  public:
   // capacity below 1 means 1.
@@ -60,10 +67,9 @@ class LruCache {
   uint64_t evictions() const { return evictions_; }
 
  private:
-  using Entry = std::pair<K, std::shared_ptr<V>>;
   const size_t capacity_;
-  std::list<Entry> order_;  // most recently used first
-  std::map<K, typename std::list<Entry>::iterator, Less> index_;
+  LruEntries<K, V> order_;
+  Index index_;
   uint64_t evictions_ = 0;
 };
 

@@ -1,6 +1,6 @@
 #include "kernels/cuda/runtime/launch_graphs.h"
 
-#include <algorithm>
+#include <memory>
 
 #include "absl/hash/hash.h"
 
@@ -30,19 +30,13 @@ void LaunchGraphs::RecentHashes::Insert(size_t h) {
 // so that a client cycling through a few more buffers than that still gets
 // graphs once its cycle repeats.
 LaunchGraphs::LaunchGraphs(size_t capacity)
-    : capacity_(std::max<size_t>(capacity, 1)),
-      seen_(4 * capacity_),
-      refused_(4 * capacity_) {}
-
-LaunchGraphs::~LaunchGraphs() {
-  for (auto& [key, graph] : order_) cudaGraphExecDestroy(graph.exec);
-}
+    : graphs_(capacity),
+      seen_(4 * graphs_.capacity()),
+      refused_(4 * graphs_.capacity()) {}
 
 const LaunchGraphs::Graph* LaunchGraphs::Find(const LaunchKey& key) {
-  auto it = index_.find(key);
-  if (it == index_.end()) return nullptr;
-  order_.splice(order_.begin(), order_, it->second);
-  return &it->second->second;
+  // The cache keeps the graph alive until it is dropped or replaced.
+  return graphs_.Find(key).get();
 }
 
 bool LaunchGraphs::ShouldCapture(const LaunchKey& key) {
@@ -55,19 +49,7 @@ bool LaunchGraphs::ShouldCapture(const LaunchKey& key) {
 
 void LaunchGraphs::Put(const LaunchKey& key, cudaGraphExec_t exec,
                        const LaunchInfo& launch) {
-  if (auto it = index_.find(key); it != index_.end()) {
-    cudaGraphExecDestroy(it->second->second.exec);
-    it->second->second = {exec, launch};
-    order_.splice(order_.begin(), order_, it->second);
-    return;
-  }
-  if (order_.size() >= capacity_) {
-    cudaGraphExecDestroy(order_.back().second.exec);
-    index_.erase(order_.back().first);
-    order_.pop_back();
-  }
-  order_.emplace_front(key, Graph{exec, launch});
-  index_.emplace(key, order_.begin());
+  graphs_.Put(key, std::make_shared<const Graph>(exec, launch));
 }
 
 void LaunchGraphs::Refuse(const LaunchKey& key) {

@@ -15,12 +15,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <list>
-#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "base/lru_cache.h"
 #include "kernels/core/problem.h"
 #include "kernels/core/variant.h"
 
@@ -41,12 +40,20 @@ class LaunchGraphs {
   static constexpr size_t kDefaultCapacity = 64;
   explicit LaunchGraphs(size_t capacity = kDefaultCapacity);
   // Destroys the graphs: the lane's stream must be idle.
-  ~LaunchGraphs();
+  ~LaunchGraphs() = default;
   LaunchGraphs(const LaunchGraphs&) = delete;
   LaunchGraphs& operator=(const LaunchGraphs&) = delete;
 
+  // An executable graph, destroyed with its entry (dropped or replaced).
   struct Graph {
-    cudaGraphExec_t exec = nullptr;
+    Graph(cudaGraphExec_t exec, const LaunchInfo& launch)
+        : exec(exec), launch(launch) {}
+    ~Graph() {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    }
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    cudaGraphExec_t exec;
     LaunchInfo launch;  // what the captured call reported
   };
   // key's graph, now the most recently used; null when there is none.
@@ -62,7 +69,7 @@ class LaunchGraphs {
   // hold): never tried again while remembered.
   void Refuse(const LaunchKey& key);
 
-  size_t size() const { return order_.size(); }
+  size_t size() const { return graphs_.size(); }
 
  private:
   struct KeyHash {
@@ -85,10 +92,11 @@ class LaunchGraphs {
     std::deque<size_t> ring_;
   };
 
-  const size_t capacity_;
-  std::list<std::pair<LaunchKey, Graph>> order_;  // most recently used first
-  absl::flat_hash_map<LaunchKey, decltype(order_)::iterator, KeyHash, KeyEq>
-      index_;
+  LruCache<LaunchKey, const Graph,
+           absl::flat_hash_map<LaunchKey,
+                               LruEntries<LaunchKey, const Graph>::iterator,
+                               KeyHash, KeyEq>>
+      graphs_;
   RecentHashes seen_;
   RecentHashes refused_;
 };
