@@ -370,17 +370,17 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
     // the launch submits all three at once, so no gate is needed for the
     // events to time the kernel alone.
     COALESCE_ASSIGN_OR_RETURN(
-        cudaGraph_t pipelined_graph, Capture(stream, [&]() -> absl::Status {
-          COALESCE_CUDA_RETURN_IF_ERROR(
-              cudaEventRecordWithFlags(ev[1], stream, cudaEventRecordExternal));
-          COALESCE_RETURN_IF_ERROR(
-              cuda::LaunchCopy(3, din[1], dout[1], bytes, stream));
-          COALESCE_CUDA_RETURN_IF_ERROR(
-              cudaEventRecordWithFlags(ev[2], stream, cudaEventRecordExternal));
-          return absl::OkStatus();
-        }));
-    COALESCE_ASSIGN_OR_RETURN(cudaGraphExec_t pipelined_exec,
-                              Instantiate(pipelined_graph));
+        cudaGraphExec_t pipelined_exec,
+        cuda::CaptureGraph(
+            stream, cudaStreamCaptureModeThreadLocal, [&]() -> absl::Status {
+              COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
+                  ev[1], stream, cudaEventRecordExternal));
+              COALESCE_RETURN_IF_ERROR(
+                  cuda::LaunchCopy(3, din[1], dout[1], bytes, stream));
+              COALESCE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
+                  ev[2], stream, cudaEventRecordExternal));
+              return absl::OkStatus();
+            }));
     ExecGuard pipelined_guard{pipelined_exec};
     // Each mode's output lands in hout, or stays in device_output.
     struct Mode {
