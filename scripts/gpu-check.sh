@@ -105,7 +105,8 @@
 #             nsys' kernel sum and union over the same length
 #             (bench/request_profile.py busy; skipped without nsys) and
 #             nvidia-smi's utilization sampled every 100 ms; busy-*.txt
-#             (BUSY_SERVER: another coalesce-server binary; BUSY_NSYS_FLAGS:
+#             (BUSY_SERVER: another coalesce-server binary; BUSY_FLAGS: its
+#             flags; BUSY_NSYS_FLAGS:
 #             more flags for nsys profile); how many of the server's
 #             launches the trace kept, and the busy time per launch against
 #             the trace's, which still compare if it lost some
@@ -682,6 +683,8 @@ fi
 if has busy; then
   echo "== GPU busy: the server's ratio against Nsight Systems and nvidia-smi"
   server_bin=${BUSY_SERVER:-}
+  # shellcheck disable=SC2206  # BUSY_FLAGS: the server's flags, words
+  server_flags=(${BUSY_FLAGS:-}) server_suffix=
   [ -n "$nsys_bin" ] || echo "busy: Nsight Systems not found; nvidia-smi only"
   # name transport bytes concurrency [shape] [op]
   while read -r name tr bytes conc shape op; do
