@@ -182,7 +182,9 @@ ABSL_FLAG(bool, launch_graphs, false,
           "on a GPU, a request on stored tensors that repeats on a stream "
           "(the same variant, shape and tensor addresses, as a pipeline "
           "writing into one output handle sends) replays a CUDA graph of "
-          "its launches: one driver call instead of several");
+          "its launches: one driver call instead of several. Shortens a "
+          "lone pipelined request; under load, replayed graphs' kernel "
+          "times (and the busy gauge) read too high");
 ABSL_FLAG(int64_t, max_queue_requests, 1024,
           "ops that may wait for the device, all clients together; past it "
           "a request is refused at once with RESOURCE_EXHAUSTED");
