@@ -101,15 +101,6 @@ absl::StatusOr<cudaGraph_t> Capture(cudaStream_t stream,
   return graph;
 }
 
-// An executable of graph, which it destroys.
-absl::StatusOr<cudaGraphExec_t> Instantiate(cudaGraph_t graph) {
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  COALESCE_CUDA_RETURN_IF_ERROR(inst);
-  return exec;
-}
-
 // Device memory freed on every exit path.
 struct DeviceMemory {
   std::vector<void*> blocks;
@@ -152,14 +143,15 @@ class Prober {
   // captured as one graph: the second of two replays, timed with events.
   absl::StatusOr<double> TimeChain(
       int chain, absl::FunctionRef<absl::Status(int k)> launch) {
-    COALESCE_ASSIGN_OR_RETURN(cudaGraph_t graph,
-                              Capture(stream_, [&]() -> absl::Status {
-                                for (int k = 0; k < chain; ++k) {
-                                  COALESCE_RETURN_IF_ERROR(launch(k));
-                                }
-                                return absl::OkStatus();
-                              }));
-    COALESCE_ASSIGN_OR_RETURN(cudaGraphExec_t exec, Instantiate(graph));
+    COALESCE_ASSIGN_OR_RETURN(
+        cudaGraphExec_t exec,
+        cuda::CaptureGraph(stream_, cudaStreamCaptureModeThreadLocal,
+                           [&]() -> absl::Status {
+                             for (int k = 0; k < chain; ++k) {
+                               COALESCE_RETURN_IF_ERROR(launch(k));
+                             }
+                             return absl::OkStatus();
+                           }));
     absl::Status st = CudaStatus(cudaGraphLaunch(exec, stream_),
                                  "cudaGraphLaunch", __FILE__, __LINE__);
     if (st.ok())
@@ -360,8 +352,10 @@ absl::StatusOr<std::string> MeasureSubmit(const Prober& p) {
     const auto capture = [&](int set) {
       return Capture(stream, [&] { return enqueue(set, 2, true); });
     };
-    COALESCE_ASSIGN_OR_RETURN(cudaGraph_t first, capture(0));
-    COALESCE_ASSIGN_OR_RETURN(cudaGraphExec_t exec, Instantiate(first));
+    COALESCE_ASSIGN_OR_RETURN(
+        cudaGraphExec_t exec,
+        cuda::CaptureGraph(stream, cudaStreamCaptureModeThreadLocal,
+                           [&] { return enqueue(0, 2, true); }));
     struct ExecGuard {
       cudaGraphExec_t e;
       ~ExecGuard() { cudaGraphExecDestroy(e); }
