@@ -16,6 +16,10 @@ where a target names it). Where the rows carry CPU time per request
 server and client kept busy: with both on one host, whether its CPUs bound
 the rate.
 
+With several rounds (coalesce-bench service --rounds), each figure is the
+median over them, and a ratio to the case's own Echo also names the
+range of the rounds' ratios.
+
 Targets:
   - 64 KiB inline and handle at concurrency 1: p50 at most Echo's p50 +
     40 us, and at least 0.85x Echo's requests a second;
@@ -73,6 +77,15 @@ def server_cpu(row, echo):
     return f"; server CPU {mine:.0f} us a request (Echo {theirs:.0f})"
 
 
+def spread(row):
+    """' (rounds LO-HI)': the range of the row's ratios to its rounds' Echo
+    when it ran several rounds (coalesce-bench service --rounds), else ''."""
+    ratios = row.get("vs_echo_rounds") or []
+    if len(ratios) < 2:
+        return ""
+    return f" (rounds {min(ratios):.3f}-{max(ratios):.3f})"
+
+
 def p50_against(row, echo_p50):
     """(the figure, whether row's p50 is within P50_SLACK_MS of echo_p50)"""
     extra_us = (p50_ms(row) - echo_p50) * 1e3
@@ -98,7 +111,7 @@ def targets(directory, prefix="requests"):
     def near_echo(r):
         figure, met = p50_against(r, r["echo_p50_ms"])
         ratio = r["vs_echo"]["requests_per_second"]
-        return f"{figure}; {ratio:.3f}x", met and ratio >= 0.85
+        return f"{figure}; {ratio:.3f}x{spread(r)}", met and ratio >= 0.85
 
     for transport in ("inline", "handle"):
         add("p50 <= Echo p50 + 40 us; >= 0.85x Echo",
@@ -107,7 +120,7 @@ def targets(directory, prefix="requests"):
 
     def inline_rate(r):
         ratio = r["vs_echo"]["requests_per_second"]
-        figure = f"{ratio:.3f}x"
+        figure = f"{ratio:.3f}x{spread(r)}"
         if r.get("mean_batch"):
             figure += f" ({r['mean_batch']:.2f} per launch)"
         figure += server_cpu(r, find(t64k, "echo", "inline", 64))

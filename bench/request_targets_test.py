@@ -43,7 +43,8 @@ class RequestTargetsTest(unittest.TestCase):
                 row("transpose", "handle", 1, 3600, 0.250, 4000, 0.200),
                 row("transpose", "pipeline", 1, 3900, 0.215, 4000, 0.200),
                 row("transpose", "inline", 64, 24000, 2.0, 25000, 2.0,
-                    mean_batch=2.5),
+                    mean_batch=2.5, rounds=3,
+                    vs_echo_rounds=[0.96, 0.91, 0.97]),
                 row("transpose", "handle", 64, 30300, 2.0, 25000, 2.0),
                 row("transpose", "pipeline", 64, 29000, 2.0, 25000, 2.0),
             ])
@@ -106,6 +107,10 @@ class RequestTargetsTest(unittest.TestCase):
             self.assertEqual(
                 lines[(">= 1.0x the ", "64 KiB handle, conc. 64")][0],
                 "30300 req/s, 1.010x")
+            # Rounds: the median's range beside it.
+            self.assertEqual(
+                lines[(">= 0.95x Ech", "64 KiB inline, conc. 64")][0],
+                "0.960x (rounds 0.910-0.970) (2.50 per launch)")
             self.assertEqual(
                 lines[(">= 1.0x the ", "1 KiB handle, conc. 64")][0],
                 "27000 req/s, 0.900x; server CPU 190 us a request (Echo 150)")

@@ -5,7 +5,7 @@
 //       [--transport=inline,handle,pipeline,shm] [--bytes=65536,67108864]
 //       [--concurrency=16,2] [--shape=R,C] [--duration_s=5 | --count=N]
 //       [--warmup_s=0.5] [--metrics=HOST:PORT] [--json=FILE]
-//       [--protocol=native,kserve]
+//       [--protocol=native,kserve] [--rounds=1]
 //
 // For every (bytes, concurrency) case (the lists pair up position by
 // position when both have several entries, otherwise one is repeated), it
@@ -49,6 +49,13 @@
 // timed request: with both on one host, their sum times req/s against the
 // host's cores says whether the CPUs bound the rate. "-" (JSON null): not
 // measured, or the metric is absent.
+//
+// Rounds: with --rounds=N every case's phases run N times, Echo first in
+// odd rounds and last in even ones, so that a host whose speed drifts
+// (shared, throttled) moves Echo and the ops alike. A row then gives the
+// medians over its rounds (requests and errors summed, max the largest),
+// its ratios to Echo the median of each round's ratio to that round's
+// Echo, and "rounds xreq/s" lists those ratios round by round.
 #include "bench/service_bench.h"
 
 #include <fcntl.h>
@@ -69,6 +76,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -124,6 +132,11 @@ ABSL_FLAG(std::string, protocol, "native",
           "service mode: comma-separated protocols (native: coalesce.v1; "
           "kserve: KServe v2 ModelInfer, inline only, Echo's phase is the "
           "identity model's)");
+ABSL_FLAG(int32_t, rounds, 1,
+          "service mode: runs of each case's phases, the order reversed "
+          "every other round; each row gives the medians over the rounds "
+          "and its ratio to Echo the median of the rounds' ratios (3 or "
+          "more on a host whose speed drifts)");
 ABSL_FLAG(double, ready_timeout_s, 60,
           "service mode: how long to wait for the server to serve");
 ABSL_DECLARE_FLAG(std::string, json);
@@ -245,6 +258,10 @@ struct PhaseResult {
   // (process_cpu_seconds_total) and this client's own (every thread of it,
   // the workers' included).
   std::optional<double> server_cpu_us, client_cpu_us;
+  // --rounds: the rounds the row sums up, and each round's requests/s
+  // against that round's Echo (the rounds in which both ran).
+  int rounds = 1;
+  std::vector<double> round_rps_vs_echo;
 };
 
 std::string SizeLabel(int64_t bytes) {
@@ -1027,6 +1044,77 @@ std::string JsonNumber(std::optional<double> v) {
   return v ? absl::StrFormat("%.6g", *v) : "null";
 }
 
+// The median of the values present; empty when none is.
+std::optional<double> Median(const std::vector<std::optional<double>>& values) {
+  std::vector<double> v;
+  for (const std::optional<double>& x : values) {
+    if (x) v.push_back(*x);
+  }
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One row from a phase's rounds (empty where the round's run failed), each
+// carrying its ratios to its own round's Echo: sums of the counts, the
+// largest max, medians of the rest. Empty when no round ran.
+std::optional<PhaseResult> Combine(
+    const std::vector<std::optional<PhaseResult>>& runs) {
+  std::optional<PhaseResult> out;
+  std::vector<std::optional<double>> rps, gbps, p50, p90, p99, gbps_vs_echo,
+      kernel, echo_rps, echo_p50, server_busy, mean_batch, server_cpu,
+      client_cpu;
+  for (const std::optional<PhaseResult>& r : runs) {
+    if (!r) continue;
+    if (!out) {
+      out.emplace();
+      out->phase = r->phase;
+      out->rounds = 0;
+    }
+    ++out->rounds;
+    out->requests += r->requests;
+    out->errors += r->errors;
+    if (out->first_error.empty()) out->first_error = r->first_error;
+    out->seconds += r->seconds;
+    out->max_ms = std::max(out->max_ms, r->max_ms);
+    rps.push_back(r->requests_per_second);
+    gbps.push_back(r->gbps);
+    p50.push_back(r->p50_ms);
+    p90.push_back(r->p90_ms);
+    p99.push_back(r->p99_ms);
+    if (r->echo_rps && *r->echo_rps > 0) {
+      out->round_rps_vs_echo.push_back(r->rps_vs_echo);
+      gbps_vs_echo.push_back(r->gbps_vs_echo);
+    }
+    kernel.push_back(r->kernel_seconds);
+    echo_rps.push_back(r->echo_rps);
+    echo_p50.push_back(r->echo_p50_ms);
+    server_busy.push_back(r->server_busy);
+    mean_batch.push_back(r->mean_batch);
+    server_cpu.push_back(r->server_cpu_us);
+    client_cpu.push_back(r->client_cpu_us);
+  }
+  if (!out) return out;
+  out->requests_per_second = Median(rps).value_or(0);
+  out->gbps = Median(gbps).value_or(0);
+  out->p50_ms = Median(p50).value_or(0);
+  out->p90_ms = Median(p90).value_or(0);
+  out->p99_ms = Median(p99).value_or(0);
+  std::vector<std::optional<double>> ratios(out->round_rps_vs_echo.begin(),
+                                            out->round_rps_vs_echo.end());
+  out->rps_vs_echo = Median(ratios).value_or(0);
+  out->gbps_vs_echo = Median(gbps_vs_echo).value_or(0);
+  out->kernel_seconds = Median(kernel);
+  out->echo_rps = Median(echo_rps);
+  out->echo_p50_ms = Median(echo_p50);
+  out->server_busy = Median(server_busy);
+  out->mean_batch = Median(mean_batch);
+  out->server_cpu_us = Median(server_cpu);
+  out->client_cpu_us = Median(client_cpu);
+  return out;
+}
+
 std::string ToJson(const PhaseResult& r) {
   return absl::StrFormat(
       "{\"op\":\"%s\",\"transport\":\"%s\",\"protocol\":\"%s\","
@@ -1038,7 +1126,7 @@ std::string ToJson(const PhaseResult& r) {
       "\"kernel_seconds\":%s,\"bound_rps\":%s,\"busy\":%s,"
       "\"echo_rps\":%s,\"echo_p50_ms\":%s,\"server_busy\":%s,"
       "\"mean_batch\":%s,\"server_cpu_us\":%s,\"client_cpu_us\":%s,"
-      "\"first_error\":\"%s\"}",
+      "\"rounds\":%d,\"vs_echo_rounds\":[%s],\"first_error\":\"%s\"}",
       r.phase.op, r.phase.transport, r.phase.protocol, r.phase.tensor_bytes,
       r.phase.concurrency, r.requests, r.errors, r.seconds,
       r.requests_per_second, r.gbps, r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms,
@@ -1046,7 +1134,12 @@ std::string ToJson(const PhaseResult& r) {
       JsonNumber(BoundRps(r)), JsonNumber(Busy(r)), JsonNumber(r.echo_rps),
       JsonNumber(r.echo_p50_ms), JsonNumber(r.server_busy),
       JsonNumber(r.mean_batch), JsonNumber(r.server_cpu_us),
-      JsonNumber(r.client_cpu_us), JsonEscape(r.first_error));
+      JsonNumber(r.client_cpu_us), r.rounds,
+      absl::StrJoin(r.round_rps_vs_echo, ",",
+                    [](std::string* out, double v) {
+                      absl::StrAppendFormat(out, "%.4f", v);
+                    }),
+      JsonEscape(r.first_error));
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag,
@@ -1123,6 +1216,11 @@ int RunServiceBench() {
     std::fprintf(stderr, "error: --duration_s or --count must be > 0\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_rounds) < 1) {
+    std::fprintf(stderr, "error: --rounds must be >= 1, not %d\n",
+                 absl::GetFlag(FLAGS_rounds));
+    return 2;
+  }
   const std::vector<std::string> ops =
       absl::StrSplit(absl::GetFlag(FLAGS_op), ',', absl::SkipEmpty());
   const std::vector<std::string> transports =
@@ -1164,51 +1262,66 @@ int RunServiceBench() {
         }
       }
     }
-    // The Echo phase of this case: the floor of its ratios.
-    size_t echo = results.size() + phases.size();
-    for (const Phase& phase : phases) {
-      absl::StatusOr<PhaseResult> r = RunPhase(phase);
-      if (!r.ok()) {
-        std::fprintf(stderr, "error: %s %s: %s\n", phase.op.c_str(),
-                     phase.transport.c_str(), r.status().ToString().c_str());
-        ++failures;
-        continue;
-      }
-      if (r->errors > 0) {
-        ++failures;
-        std::fprintf(stderr, "%s %s: %lld errors, first: %s\n",
-                     phase.op.c_str(), phase.transport.c_str(),
-                     static_cast<long long>(r->errors), r->first_error.c_str());
-      }
-      const bool floor = phase.op == "echo" && phase.protocol == "native";
-      if (floor) echo = results.size();
-      if (echo < results.size() || floor) {
-        const PhaseResult& e = floor ? *r : results[echo];
-        if (e.requests_per_second > 0) {
-          r->rps_vs_echo = r->requests_per_second / e.requests_per_second;
-          r->gbps_vs_echo = r->gbps / e.gbps;
+    // runs[k][round]: phase k's run in that round, empty where it failed.
+    const int rounds = absl::GetFlag(FLAGS_rounds);
+    std::vector<std::vector<std::optional<PhaseResult>>> runs(
+        phases.size(), std::vector<std::optional<PhaseResult>>(rounds));
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<size_t> order(phases.size());
+      std::iota(order.begin(), order.end(), 0);
+      if (round % 2 == 1) std::reverse(order.begin(), order.end());
+      for (size_t k : order) {
+        const Phase& phase = phases[k];
+        absl::StatusOr<PhaseResult> r = RunPhase(phase);
+        if (!r.ok()) {
+          std::fprintf(stderr, "error: %s %s: %s\n", phase.op.c_str(),
+                       phase.transport.c_str(), r.status().ToString().c_str());
+          ++failures;
+          continue;
         }
-        r->echo_rps = e.requests_per_second;
-        r->echo_p50_ms = e.p50_ms;
+        if (r->errors > 0) {
+          ++failures;
+          std::fprintf(stderr, "%s %s: %lld errors, first: %s\n",
+                       phase.op.c_str(), phase.transport.c_str(),
+                       static_cast<long long>(r->errors),
+                       r->first_error.c_str());
+        }
+        runs[k][round] = *std::move(r);
       }
-      results.push_back(*r);
+      // Native Echo (phase 0) is the floor of every ratio of its round.
+      const std::optional<PhaseResult>& e = runs[0][round];
+      if (!e) continue;
+      for (std::vector<std::optional<PhaseResult>>& phase_runs : runs) {
+        std::optional<PhaseResult>& r = phase_runs[round];
+        if (!r) continue;
+        if (e->requests_per_second > 0) {
+          r->rps_vs_echo = r->requests_per_second / e->requests_per_second;
+          r->gbps_vs_echo = r->gbps / e->gbps;
+        }
+        r->echo_rps = e->requests_per_second;
+        r->echo_p50_ms = e->p50_ms;
+      }
+    }
+    for (const std::vector<std::optional<PhaseResult>>& phase_runs : runs) {
+      std::optional<PhaseResult> row = Combine(phase_runs);
+      if (row) results.push_back(*std::move(row));
     }
   }
 
   std::printf(
       "%-10s %-9s %9s %5s %9s %11s %9s %9s %9s %9s %9s %7s %7s %6s %10s %11s "
-      "%6s %11s %11s %11s %10s %10s %10s\n",
+      "%6s %11s %11s %11s %10s %10s %10s %s\n",
       "op", "transport", "bytes", "conc", "requests", "req/s", "GB/s", "p50 ms",
       "p90 ms", "p99 ms", "max ms", "xreq/s", "xGB/s", "errors", "kernel us",
       "bound req/s", "busy", "echo req/s", "echo p50 ms", "server busy",
-      "mean batch", "srv cpu us", "cli cpu us");
+      "mean batch", "srv cpu us", "cli cpu us", "rounds xreq/s");
   std::vector<std::string> rows;
   for (const PhaseResult& r : results) {
     std::optional<double> kernel_us;
     if (r.kernel_seconds) kernel_us = *r.kernel_seconds * 1e6;
     std::printf(
         "%-10s %-9s %9s %5d %9lld %11.1f %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f "
-        "%7.3f %6lld %10s %11s %6s %11s %11s %11s %10s %10s %10s\n",
+        "%7.3f %6lld %10s %11s %6s %11s %11s %11s %10s %10s %10s %s\n",
         r.phase.op.c_str(), TransportLabel(r.phase).c_str(),
         SizeLabel(r.phase.tensor_bytes).c_str(), r.phase.concurrency,
         static_cast<long long>(r.requests), r.requests_per_second, r.gbps,
@@ -1217,7 +1330,13 @@ int RunServiceBench() {
         Cell(BoundRps(r), 1).c_str(), Cell(Busy(r), 3).c_str(),
         Cell(r.echo_rps, 1).c_str(), Cell(r.echo_p50_ms, 3).c_str(),
         Cell(r.server_busy, 3).c_str(), Cell(r.mean_batch, 2).c_str(),
-        Cell(r.server_cpu_us, 1).c_str(), Cell(r.client_cpu_us, 1).c_str());
+        Cell(r.server_cpu_us, 1).c_str(), Cell(r.client_cpu_us, 1).c_str(),
+        r.rounds > 1 ? absl::StrJoin(r.round_rps_vs_echo, ",",
+                                     [](std::string* out, double v) {
+                                       absl::StrAppendFormat(out, "%.3f", v);
+                                     })
+                           .c_str()
+                     : "-");
     rows.push_back(ToJson(r));
   }
   const std::string path = absl::GetFlag(FLAGS_json);

@@ -60,9 +60,27 @@ def main():
                 target, "--op=gemm,convert-layout,gelu-ln", "--all_operands",
                 "--transport=inline", "--bytes=65536",
                 "--protocol=native,kserve"])
-            if doc is None or more is None:
+            # Rounds: Echo and the op twice, in turn.
+            rounds = run_bench(bench_bin, path, [
+                target, "--op=transpose", "--transport=pipeline",
+                "--bytes=4096", "--rounds=2"])
+            if doc is None or more is None or rounds is None:
                 return 1
             more_results = more["results"]
+        # Each row sums its two rounds' requests and takes the median (the
+        # mean of two) of the rounds' ratios to their own Echo.
+        for r in rounds["results"]:
+            ratios = r.get("vs_echo_rounds", [])
+            if r.get("rounds") != 2 or len(ratios) != 2 or \
+                    r["requests"] != 40 or r["errors"] or \
+                    abs(r["vs_echo"]["requests_per_second"] -
+                        sum(ratios) / 2) > 1e-3 or \
+                    (r["op"] == "echo" and ratios != [1.0, 1.0]):
+                print("bad rounds: %s" % r)
+                return 1
+        if [r["op"] for r in rounds["results"]] != ["echo", "transpose"]:
+            print("rounds rows: %s" % rounds["results"])
+            return 1
         if {(r["op"], r["protocol"]) for r in more_results} != {
                 (op, protocol)
                 for op in ("echo", "gemm", "convert-layout", "gelu-ln")

@@ -14,9 +14,11 @@
 #             suite, default all)
 #   sanitize  compute-sanitizer memcheck and racecheck over that suite
 #             (every variant, resident operands, chained transposes;
-#             SANITIZE_SKIP_CONFORMANCE=1 leaves it out), over the stacked
-#             launches and over gpu_data_plane_test (a server's scheduler
-#             and batched requests on the device)
+#             SANITIZE_SKIP_CONFORMANCE=1 leaves it out,
+#             SANITIZE_CONFORMANCE_FILTER narrows it: "*Replays*" for the
+#             graph replays), over the stacked launches and
+#             gpu_data_plane_test (a server's scheduler and batched
+#             requests on the device)
 #             (COALESCE_CONFORMANCE_OPS=gemm,... limits it to some ops;
 #             SANITIZE_TIMEOUT seconds per tool, default 240;
 #             SANITIZE_TOOLS: the tools, default "memcheck racecheck";
@@ -72,7 +74,9 @@
 #             REQUESTS_FLAGS: its flags;
 #             REQUESTS_TRANSPORTS: the transports;
 #             REQUESTS_CONCURRENCY: the concurrencies; REQUESTS_DURATION:
-#             seconds per phase, default 2); then requests-targets.md, each
+#             seconds per phase, default 2; REQUESTS_ROUNDS: rounds of
+#             each case, Echo first and last in turn, medians reported,
+#             default 1); then requests-targets.md, each
 #             target of the request path with this run's figure
 #             (bench/request_targets.py)
 #   requests-ab  servers of different flags side by side: REQUESTS_AB,
@@ -216,7 +220,8 @@ sanitize() {
 }
 if has sanitize; then
   [ -n "${SANITIZE_SKIP_CONFORMANCE:-}" ] ||
-    sanitize "$bin/cuda_conformance_test" sanitizer
+    sanitize "$bin/cuda_conformance_test" sanitizer \
+      "${SANITIZE_CONFORMANCE_FILTER:-}"
   # The stacked launches (BatchCopy, mixed spaces) and a server's request
   # path on the device: the scheduler, batches of concurrent callers.
   sanitize "$bin/stacked_test" sanitizer-stacked "${SANITIZE_STACKED_FILTER:-*}"
@@ -570,7 +575,8 @@ if has requests; then
       "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
         --metrics="127.0.0.1:$mport" --op="$op" --transport="$trs" \
         --bytes="$bytes" --concurrency="$conc" --duration_s="$duration" \
-        --warmup_s=0.5 ${shape:+--shape=$shape} \
+        --warmup_s=0.5 --rounds="${REQUESTS_ROUNDS:-1}" \
+        ${shape:+--shape=$shape} \
         --json="$out/requests-$name$suffix.json" 2>/dev/null |
         tee "$out/requests-$name$suffix.txt" || status=1
       scrape >"$out/requests-$name$suffix.metrics" || true
