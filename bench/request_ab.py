@@ -15,8 +15,9 @@ many rounds as the first.
 For each case (file, op, transport, bytes, concurrency) in every DIR, a
 markdown table gives each other label's requests a second over the first
 label's in the same round, round by round, with their geometric mean and
-how many rounds it led; then each label's p50 in microseconds, the median
-over its rounds. Echo's rows come first: they say how far the host itself
+how many rounds it led; then each label's p50 and, where the rows carry
+one, its kernel time (the server's report, coalesce-bench's "kernel us")
+in microseconds, the medians over its rounds. Echo's rows come first: they say how far the host itself
 moved between the servers, which bounds what the other rows can tell.
 """
 import argparse
@@ -76,6 +77,10 @@ def report(runs):
                     f"{label} / {base}")
         head.append("mean (led)")
     head.append("p50 us, " + " / ".join(labels))
+    timed = any(rows[key].get("kernel_seconds") for key in keys
+                for _, rows in runs)
+    if timed:
+        head.append("kernel us, " + " / ".join(labels))
     lines = ["| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
     for key in ordered:
@@ -93,6 +98,14 @@ def report(runs):
                                      for r in rounds[label]) * 1e3
                    for label in labels]
         cells.append(" / ".join(f"{p:.0f}" for p in p50s_us))
+        if timed:
+            kernels = []
+            for label in labels:
+                seen = [r[key]["kernel_seconds"] for r in rounds[label]
+                        if r[key].get("kernel_seconds")]
+                kernels.append(f"{statistics.median(seen) * 1e6:.1f}"
+                               if seen else "-")
+            cells.append(" / ".join(kernels))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

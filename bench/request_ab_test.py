@@ -11,10 +11,11 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       "request_ab.py")
 
 
-def row(op, transport, nbytes, concurrency, rps, p50_ms):
+def row(op, transport, nbytes, concurrency, rps, p50_ms, kernel_s=None):
     return {"op": op, "transport": transport, "protocol": "native",
             "tensor_bytes": nbytes, "concurrency": concurrency,
-            "requests_per_second": rps, "latency_ms": {"p50": p50_ms}}
+            "requests_per_second": rps, "latency_ms": {"p50": p50_ms},
+            "kernel_seconds": kernel_s}
 
 
 def folder(root, name, rows_by_case):
@@ -62,6 +63,26 @@ class RequestAbTest(unittest.TestCase):
             self.assertIn("| 1.250, 0.800 | 1.000 (1 of 2) |", op)
             # Medians over rounds: a 300 and 340, b 200 and 220.
             self.assertTrue(op.endswith("| 320 / 210 |"), op)
+
+    def test_kernel_times_when_the_rows_carry_them(self):
+        with tempfile.TemporaryDirectory() as t:
+            # b's kernel: 8 and 10 us over its rounds; a's: 4 (one round
+            # has none). Echo has no kernel.
+            runs = []
+            for name, k in (("a1", 4e-6), ("b1", 8e-6), ("b2", 10e-6),
+                            ("a2", None)):
+                runs.append(f"{name[0]}=" + folder(t, name, {"t1k": [
+                    row("echo", "inline", 1024, 1, 1000, 0.100),
+                    row("transpose", "pipeline", 1024, 1, 500, 0.200, k)]}))
+            r = self.run_script(*runs)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = r.stdout.splitlines()
+            self.assertTrue(lines[0].endswith("| kernel us, a / b |"),
+                            lines[0])
+            self.assertTrue(lines[2].endswith("| 100 / 100 | - / - |"),
+                            lines[2])
+            self.assertTrue(lines[3].endswith("| 200 / 200 | 4.0 / 9.0 |"),
+                            lines[3])
 
     def test_unequal_rounds_and_missing_files_are_refused(self):
         with tempfile.TemporaryDirectory() as t:
