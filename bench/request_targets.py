@@ -18,7 +18,9 @@ the rate.
 
 With several rounds (coalesce-bench service --rounds), each figure is the
 median over them, and a ratio to the case's own Echo also names the
-range of the rounds' ratios.
+range of the rounds' ratios. Rows that ran with --floor_bytes=1024 are
+set against the 1 KiB Echo of their own rounds (the ratio's median, and
+the floor's p50) instead of the 1 KiB case's Echo.
 
 Targets:
   - 64 KiB inline and handle at concurrency 1: p50 at most Echo's p50 +
@@ -55,13 +57,22 @@ def load(directory, case, prefix="requests"):
         return json.load(f).get("results", [])
 
 
-def find(rows, op, transport, concurrency):
+def find(rows, op, transport, concurrency, nbytes=None):
+    """The first native row of op, transport and concurrency (and of nbytes
+    tensor bytes, where given and the row says)."""
     for r in rows:
         if (r.get("op") == op and r.get("transport") == transport and
                 r.get("concurrency") == concurrency and
-                r.get("protocol", "native") == "native"):
+                r.get("protocol", "native") == "native" and
+                (nbytes is None or r.get("tensor_bytes", nbytes) == nbytes)):
             return r
     return None
+
+
+def paired_1k(row):
+    """Whether row carries its ratio to a 1 KiB Echo run in the same rounds
+    (coalesce-bench service --floor_bytes=1024)."""
+    return row.get("floor_bytes") == 1024 and row.get("vs_floor") is not None
 
 
 def p50_ms(row):
@@ -123,7 +134,7 @@ def targets(directory, prefix="requests"):
         figure = f"{ratio:.3f}x{spread(r)}"
         if r.get("mean_batch"):
             figure += f" ({r['mean_batch']:.2f} per launch)"
-        figure += server_cpu(r, find(t64k, "echo", "inline", 64))
+        figure += server_cpu(r, find(t64k, "echo", "inline", 64, 65536))
         return figure, ratio >= 0.95
 
     add(">= 0.95x Echo", "64 KiB inline, conc. 64",
@@ -135,18 +146,36 @@ def targets(directory, prefix="requests"):
                 for transport in ("handle", "pipeline")]
 
     def over_echo_rate(r):
-        ratio = r["requests_per_second"] / echo1k[64]["requests_per_second"]
-        return (f"{r['requests_per_second']:.0f} req/s, {ratio:.3f}x"
+        if paired_1k(r):
+            # Round by round against the 1 KiB Echo of the same case.
+            ratio = r["vs_floor"]
+            rounds = r.get("vs_floor_rounds") or []
+            paired = (f" (rounds {min(rounds):.3f}-{max(rounds):.3f})"
+                      if len(rounds) > 1 else "")
+        else:
+            ratio = (r["requests_per_second"] /
+                     echo1k[64]["requests_per_second"])
+            paired = ""
+        return (f"{r['requests_per_second']:.0f} req/s, {ratio:.3f}x{paired}"
                 f"{server_cpu(r, echo1k[64])}", ratio >= 1.0)
+
+    def resident_row(rows, transport, concurrency):
+        """The case's row, where a 1 KiB Echo to compare it with ran."""
+        r = find(rows, "transpose", transport, concurrency)
+        if r is None or paired_1k(r) or echo1k[concurrency]:
+            return r
+        return None
+
+    def lone_p50(r):
+        base = r["floor_p50_ms"] if paired_1k(r) else p50_ms(echo1k[1])
+        return p50_against(r, base)
 
     for rows, size, transport in resident:
         add(">= 1.0x the 1 KiB Echo rate", f"{size} {transport}, conc. 64",
-            find(rows, "transpose", transport, 64) if echo1k[64] else None,
-            over_echo_rate)
+            resident_row(rows, transport, 64), over_echo_rate)
     for rows, size, transport in resident:
         add("p50 <= 1 KiB Echo p50 + 40 us", f"{size} {transport}, conc. 1",
-            find(rows, "transpose", transport, 1) if echo1k[1] else None,
-            lambda r: p50_against(r, p50_ms(echo1k[1])))
+            resident_row(rows, transport, 1), lone_p50)
 
     def busy(r):
         return (f"{r['requests_per_second']:.0f} req/s x "

@@ -121,6 +121,55 @@ class RequestTargetsTest(unittest.TestCase):
             self.assertIn("1 KiB Echo at concurrency 1: 6000 req/s, p50 180 "
                           "us.", result.stdout)
 
+    def test_rows_paired_with_a_1k_echo_of_their_rounds(self):
+        with tempfile.TemporaryDirectory() as d:
+            # The 1 KiB case's Echo (30000 req/s, p50 180 us) would fail
+            # the handle row and pass the pipeline one; the 1 KiB Echo of
+            # their own rounds decides instead.
+            paired = {"floor_bytes": 1024, "rounds": 3}
+            write(d, "t64k", [
+                row("echo", "inline", 64, 25000, 2.0, 25000, 2.0,
+                    tensor_bytes=65536, **paired, vs_floor=0.8,
+                    floor_rps=31250, floor_p50_ms=1.9),
+                row("echo", "inline", 64, 31250, 1.9, 25000, 2.0,
+                    tensor_bytes=1024, **paired, vs_floor=1.0,
+                    floor_rps=31250, floor_p50_ms=1.9),
+                row("transpose", "handle", 64, 29000, 2.0, 25000, 2.0,
+                    **paired, vs_floor=1.02, floor_rps=28400,
+                    vs_floor_rounds=[0.98, 1.02, 1.05]),
+                row("transpose", "pipeline", 64, 31000, 2.0, 25000, 2.0,
+                    **paired, vs_floor=0.97, floor_rps=31950,
+                    vs_floor_rounds=[0.97, 0.96, 0.99]),
+                row("transpose", "handle", 1, 4000, 0.235, 4000, 0.200,
+                    **paired, vs_floor=0.8, floor_p50_ms=0.190),
+                row("transpose", "pipeline", 1, 4000, 0.235, 4000, 0.200,
+                    **paired, vs_floor=0.8, floor_p50_ms=0.200),
+            ])
+            write(d, "t1k", [
+                row("echo", "inline", 1, 6000, 0.180, 6000, 0.180),
+                row("echo", "inline", 64, 30000, 2.0, 30000, 2.0),
+            ])
+            result = self.run_script(d)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            cells = {}
+            for line in result.stdout.splitlines():
+                c = [x.strip() for x in line.strip("|").split("|")]
+                if len(c) == 4:
+                    cells[(c[0][:12], c[1])] = (c[2], c[3])
+            self.assertEqual(
+                cells[(">= 1.0x the ", "64 KiB handle, conc. 64")],
+                ("29000 req/s, 1.020x (rounds 0.980-1.050)", "PASS"))
+            self.assertEqual(
+                cells[(">= 1.0x the ", "64 KiB pipeline, conc. 64")],
+                ("31000 req/s, 0.970x (rounds 0.960-0.990)", "MISS"))
+            # p50 235 us: 45 over a 190 us floor, 35 over a 200 us one.
+            self.assertEqual(
+                cells[("p50 <= 1 KiB", "64 KiB handle, conc. 1")],
+                ("p50 235 us (Echo 190, +45)", "MISS"))
+            self.assertEqual(
+                cells[("p50 <= 1 KiB", "64 KiB pipeline, conc. 1")],
+                ("p50 235 us (Echo 200, +35)", "PASS"))
+
     def test_a_directory_without_the_cases_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
             result = self.run_script(d)

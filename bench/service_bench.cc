@@ -5,7 +5,7 @@
 //       [--transport=inline,handle,pipeline,shm] [--bytes=65536,67108864]
 //       [--concurrency=16,2] [--shape=R,C] [--duration_s=5 | --count=N]
 //       [--warmup_s=0.5] [--metrics=HOST:PORT] [--json=FILE]
-//       [--protocol=native,kserve] [--rounds=1]
+//       [--protocol=native,kserve] [--rounds=1] [--floor_bytes=1024]
 //
 // For every (bytes, concurrency) case (the lists pair up position by
 // position when both have several entries, otherwise one is repeated), it
@@ -56,6 +56,14 @@
 // medians over its rounds (requests and errors summed, max the largest),
 // its ratios to Echo the median of each round's ratio to that round's
 // Echo, and "rounds xreq/s" lists those ratios round by round.
+//
+// A second floor: --floor_bytes=B adds Echo of B bytes at the case's
+// concurrency to every case of another size (its row comes second), and
+// every row of the case carries its requests/s over that Echo's in the
+// same round ("xfloor", the median over the rounds; JSON vs_floor, with
+// floor_rps, floor_p50_ms and vs_floor_rounds), so that a request that
+// carries no tensor bytes can be set against an empty RPC paired round by
+// round. In a case of B bytes the floor is the case's own Echo.
 #include "bench/service_bench.h"
 
 #include <fcntl.h>
@@ -137,6 +145,10 @@ ABSL_FLAG(int32_t, rounds, 1,
           "every other round; each row gives the medians over the rounds "
           "and its ratio to Echo the median of the rounds' ratios (3 or "
           "more on a host whose speed drifts)");
+ABSL_FLAG(int64_t, floor_bytes, 0,
+          "service mode: also run Echo of this many bytes in every case as "
+          "a second floor, each row's ratio to it paired round by round "
+          "(xfloor); 0: none");
 ABSL_FLAG(double, ready_timeout_s, 60,
           "service mode: how long to wait for the server to serve");
 ABSL_DECLARE_FLAG(std::string, json);
@@ -262,6 +274,11 @@ struct PhaseResult {
   // against that round's Echo (the rounds in which both ran).
   int rounds = 1;
   std::vector<double> round_rps_vs_echo;
+  // --floor_bytes: that Echo's requests/s and p50, and the row's
+  // requests/s over it, round by round and their median.
+  int64_t floor_bytes = 0;
+  std::optional<double> floor_rps, floor_p50_ms, rps_vs_floor;
+  std::vector<double> round_rps_vs_floor;
 };
 
 std::string SizeLabel(int64_t bytes) {
@@ -1064,7 +1081,7 @@ std::optional<PhaseResult> Combine(
   std::optional<PhaseResult> out;
   std::vector<std::optional<double>> rps, gbps, p50, p90, p99, gbps_vs_echo,
       kernel, echo_rps, echo_p50, server_busy, mean_batch, server_cpu,
-      client_cpu;
+      client_cpu, floor_rps, floor_p50;
   for (const std::optional<PhaseResult>& r : runs) {
     if (!r) continue;
     if (!out) {
@@ -1087,6 +1104,10 @@ std::optional<PhaseResult> Combine(
       out->round_rps_vs_echo.push_back(r->rps_vs_echo);
       gbps_vs_echo.push_back(r->gbps_vs_echo);
     }
+    out->floor_bytes = r->floor_bytes;
+    if (r->rps_vs_floor) out->round_rps_vs_floor.push_back(*r->rps_vs_floor);
+    floor_rps.push_back(r->floor_rps);
+    floor_p50.push_back(r->floor_p50_ms);
     kernel.push_back(r->kernel_seconds);
     echo_rps.push_back(r->echo_rps);
     echo_p50.push_back(r->echo_p50_ms);
@@ -1112,7 +1133,16 @@ std::optional<PhaseResult> Combine(
   out->mean_batch = Median(mean_batch);
   out->server_cpu_us = Median(server_cpu);
   out->client_cpu_us = Median(client_cpu);
+  out->floor_rps = Median(floor_rps);
+  out->floor_p50_ms = Median(floor_p50);
+  out->rps_vs_floor = Median(std::vector<std::optional<double>>(
+      out->round_rps_vs_floor.begin(), out->round_rps_vs_floor.end()));
   return out;
+}
+
+// absl::StrJoin's formatter for ratios in JSON.
+void Fixed4(std::string* out, double v) {
+  absl::StrAppendFormat(out, "%.4f", v);
 }
 
 std::string ToJson(const PhaseResult& r) {
@@ -1126,7 +1156,9 @@ std::string ToJson(const PhaseResult& r) {
       "\"kernel_seconds\":%s,\"bound_rps\":%s,\"busy\":%s,"
       "\"echo_rps\":%s,\"echo_p50_ms\":%s,\"server_busy\":%s,"
       "\"mean_batch\":%s,\"server_cpu_us\":%s,\"client_cpu_us\":%s,"
-      "\"rounds\":%d,\"vs_echo_rounds\":[%s],\"first_error\":\"%s\"}",
+      "\"rounds\":%d,\"vs_echo_rounds\":[%s],\"floor_bytes\":%d,"
+      "\"floor_rps\":%s,\"floor_p50_ms\":%s,\"vs_floor\":%s,"
+      "\"vs_floor_rounds\":[%s],\"first_error\":\"%s\"}",
       r.phase.op, r.phase.transport, r.phase.protocol, r.phase.tensor_bytes,
       r.phase.concurrency, r.requests, r.errors, r.seconds,
       r.requests_per_second, r.gbps, r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms,
@@ -1135,10 +1167,10 @@ std::string ToJson(const PhaseResult& r) {
       JsonNumber(r.echo_p50_ms), JsonNumber(r.server_busy),
       JsonNumber(r.mean_batch), JsonNumber(r.server_cpu_us),
       JsonNumber(r.client_cpu_us), r.rounds,
-      absl::StrJoin(r.round_rps_vs_echo, ",",
-                    [](std::string* out, double v) {
-                      absl::StrAppendFormat(out, "%.4f", v);
-                    }),
+      absl::StrJoin(r.round_rps_vs_echo, ",", Fixed4), r.floor_bytes,
+      JsonNumber(r.floor_rps), JsonNumber(r.floor_p50_ms),
+      JsonNumber(r.rps_vs_floor),
+      absl::StrJoin(r.round_rps_vs_floor, ",", Fixed4),
       JsonEscape(r.first_error));
 }
 
@@ -1216,6 +1248,10 @@ int RunServiceBench() {
     std::fprintf(stderr, "error: --duration_s or --count must be > 0\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_floor_bytes) < 0) {
+    std::fprintf(stderr, "error: --floor_bytes must be >= 0\n");
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_rounds) < 1) {
     std::fprintf(stderr, "error: --rounds must be >= 1, not %d\n",
                  absl::GetFlag(FLAGS_rounds));
@@ -1247,8 +1283,17 @@ int RunServiceBench() {
     const int64_t bytes = (*sizes)[std::min(i, sizes->size() - 1)];
     const int concurrency = static_cast<int>(
         (*concurrencies)[std::min(i, concurrencies->size() - 1)]);
-    // Native Echo first: the floor of every ratio of the case.
+    // Native Echo first: the floor of every ratio of the case; then Echo
+    // of --floor_bytes, the second floor (the first, at that size).
     std::vector<Phase> phases = {{"echo", "inline", bytes, concurrency}};
+    const int64_t floor_bytes = absl::GetFlag(FLAGS_floor_bytes);
+    std::optional<size_t> floor;
+    if (floor_bytes > 0) {
+      floor = floor_bytes == bytes ? 0 : 1;
+      if (*floor == 1) {
+        phases.push_back({"echo", "inline", floor_bytes, concurrency});
+      }
+    }
     for (const std::string& protocol : protocols) {
       if (protocol != "native") {
         phases.push_back({"echo", "inline", bytes, concurrency, protocol});
@@ -1302,6 +1347,19 @@ int RunServiceBench() {
         r->echo_p50_ms = e->p50_ms;
       }
     }
+    // The second floor, round by round.
+    for (int round = 0; floor && round < rounds; ++round) {
+      const std::optional<PhaseResult>& f = runs[*floor][round];
+      if (!f || f->requests_per_second <= 0) continue;
+      for (std::vector<std::optional<PhaseResult>>& phase_runs : runs) {
+        std::optional<PhaseResult>& r = phase_runs[round];
+        if (!r) continue;
+        r->floor_bytes = floor_bytes;
+        r->floor_rps = f->requests_per_second;
+        r->floor_p50_ms = f->p50_ms;
+        r->rps_vs_floor = r->requests_per_second / f->requests_per_second;
+      }
+    }
     for (const std::vector<std::optional<PhaseResult>>& phase_runs : runs) {
       std::optional<PhaseResult> row = Combine(phase_runs);
       if (row) results.push_back(*std::move(row));
@@ -1310,18 +1368,18 @@ int RunServiceBench() {
 
   std::printf(
       "%-10s %-9s %9s %5s %9s %11s %9s %9s %9s %9s %9s %7s %7s %6s %10s %11s "
-      "%6s %11s %11s %11s %10s %10s %10s %s\n",
+      "%6s %11s %11s %11s %10s %10s %10s %7s %s\n",
       "op", "transport", "bytes", "conc", "requests", "req/s", "GB/s", "p50 ms",
       "p90 ms", "p99 ms", "max ms", "xreq/s", "xGB/s", "errors", "kernel us",
       "bound req/s", "busy", "echo req/s", "echo p50 ms", "server busy",
-      "mean batch", "srv cpu us", "cli cpu us", "rounds xreq/s");
+      "mean batch", "srv cpu us", "cli cpu us", "xfloor", "rounds xreq/s");
   std::vector<std::string> rows;
   for (const PhaseResult& r : results) {
     std::optional<double> kernel_us;
     if (r.kernel_seconds) kernel_us = *r.kernel_seconds * 1e6;
     std::printf(
         "%-10s %-9s %9s %5d %9lld %11.1f %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f "
-        "%7.3f %6lld %10s %11s %6s %11s %11s %11s %10s %10s %10s %s\n",
+        "%7.3f %6lld %10s %11s %6s %11s %11s %11s %10s %10s %10s %7s %s\n",
         r.phase.op.c_str(), TransportLabel(r.phase).c_str(),
         SizeLabel(r.phase.tensor_bytes).c_str(), r.phase.concurrency,
         static_cast<long long>(r.requests), r.requests_per_second, r.gbps,
@@ -1331,6 +1389,7 @@ int RunServiceBench() {
         Cell(r.echo_rps, 1).c_str(), Cell(r.echo_p50_ms, 3).c_str(),
         Cell(r.server_busy, 3).c_str(), Cell(r.mean_batch, 2).c_str(),
         Cell(r.server_cpu_us, 1).c_str(), Cell(r.client_cpu_us, 1).c_str(),
+        Cell(r.rps_vs_floor, 3).c_str(),
         r.rounds > 1 ? absl::StrJoin(r.round_rps_vs_echo, ",",
                                      [](std::string* out, double v) {
                                        absl::StrAppendFormat(out, "%.3f", v);

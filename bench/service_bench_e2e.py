@@ -60,25 +60,35 @@ def main():
                 target, "--op=gemm,convert-layout,gelu-ln", "--all_operands",
                 "--transport=inline", "--bytes=65536",
                 "--protocol=native,kserve"])
-            # Rounds: Echo and the op twice, in turn.
+            # Rounds: Echo, a 1 KiB Echo (the second floor) and the op
+            # twice, in turn.
             rounds = run_bench(bench_bin, path, [
                 target, "--op=transpose", "--transport=pipeline",
-                "--bytes=4096", "--rounds=2"])
+                "--bytes=4096", "--rounds=2", "--floor_bytes=1024"])
             if doc is None or more is None or rounds is None:
                 return 1
             more_results = more["results"]
         # Each row sums its two rounds' requests and takes the median (the
-        # mean of two) of the rounds' ratios to their own Echo.
+        # mean of two) of the rounds' ratios to their own Echo, and of those
+        # to the 1 KiB Echo of the same rounds.
         for r in rounds["results"]:
             ratios = r.get("vs_echo_rounds", [])
+            floors = r.get("vs_floor_rounds", [])
+            own_echo = r["op"] == "echo" and r["tensor_bytes"] == 4096
+            floor_echo = r["op"] == "echo" and r["tensor_bytes"] == 1024
             if r.get("rounds") != 2 or len(ratios) != 2 or \
                     r["requests"] != 40 or r["errors"] or \
                     abs(r["vs_echo"]["requests_per_second"] -
                         sum(ratios) / 2) > 1e-3 or \
-                    (r["op"] == "echo" and ratios != [1.0, 1.0]):
+                    (own_echo and ratios != [1.0, 1.0]) or \
+                    r.get("floor_bytes") != 1024 or len(floors) != 2 or \
+                    abs(r["vs_floor"] - sum(floors) / 2) > 1e-3 or \
+                    (floor_echo and floors != [1.0, 1.0]) or \
+                    not r["floor_rps"] > 0 or not r["floor_p50_ms"] > 0:
                 print("bad rounds: %s" % r)
                 return 1
-        if [r["op"] for r in rounds["results"]] != ["echo", "transpose"]:
+        if [(r["op"], r["tensor_bytes"]) for r in rounds["results"]] != [
+                ("echo", 4096), ("echo", 1024), ("transpose", 4096)]:
             print("rounds rows: %s" % rounds["results"])
             return 1
         if {(r["op"], r["protocol"]) for r in more_results} != {

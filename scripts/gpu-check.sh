@@ -61,7 +61,8 @@
 #             concurrency 1, 64 and 256 (64 KiB and 1 KiB transposes:
 #             inline, handle, pipeline), 16 MiB transposes on handles at
 #             64, GELU-LN [16,1024] on handles at 256; each case against
-#             Echo, with the kernel-only bound and the server's GPU-busy
+#             Echo of its size and a 1 KiB Echo in the same rounds
+#             (--floor_bytes), with the kernel-only bound and the server's GPU-busy
 #             ratio from its /metrics; requests-*.txt/json and the server's
 #             /metrics after each group; with batching on (the server's
 #             default) and off (--batch_ops=none: the cases at concurrency
@@ -575,7 +576,7 @@ if has requests; then
       "$bin/coalesce-bench" service --server="127.0.0.1:$port" \
         --metrics="127.0.0.1:$mport" --op="$op" --transport="$trs" \
         --bytes="$bytes" --concurrency="$conc" --duration_s="$duration" \
-        --warmup_s=0.5 --rounds="${REQUESTS_ROUNDS:-1}" \
+        --warmup_s=0.5 --rounds="${REQUESTS_ROUNDS:-1}" --floor_bytes=1024 \
         ${shape:+--shape=$shape} \
         --json="$out/requests-$name$suffix.json" 2>/dev/null |
         tee "$out/requests-$name$suffix.txt" || status=1
