@@ -1140,9 +1140,12 @@ std::optional<PhaseResult> Combine(
   return out;
 }
 
-// absl::StrJoin's formatter for ratios in JSON.
+// absl::StrJoin's formatters for ratios: JSON's, the table's.
 void Fixed4(std::string* out, double v) {
   absl::StrAppendFormat(out, "%.4f", v);
+}
+void Fixed3(std::string* out, double v) {
+  absl::StrAppendFormat(out, "%.3f", v);
 }
 
 std::string ToJson(const PhaseResult& r) {
@@ -1390,11 +1393,7 @@ int RunServiceBench() {
         Cell(r.server_busy, 3).c_str(), Cell(r.mean_batch, 2).c_str(),
         Cell(r.server_cpu_us, 1).c_str(), Cell(r.client_cpu_us, 1).c_str(),
         Cell(r.rps_vs_floor, 3).c_str(),
-        r.rounds > 1 ? absl::StrJoin(r.round_rps_vs_echo, ",",
-                                     [](std::string* out, double v) {
-                                       absl::StrAppendFormat(out, "%.3f", v);
-                                     })
-                           .c_str()
+        r.rounds > 1 ? absl::StrJoin(r.round_rps_vs_echo, ",", Fixed3).c_str()
                      : "-");
     rows.push_back(ToJson(r));
   }
