@@ -88,10 +88,11 @@ def server_cpu(row, echo):
     return f"; server CPU {mine:.0f} us a request (Echo {theirs:.0f})"
 
 
-def spread(row):
-    """' (rounds LO-HI)': the range of the row's ratios to its rounds' Echo
-    when it ran several rounds (coalesce-bench service --rounds), else ''."""
-    ratios = row.get("vs_echo_rounds") or []
+def spread(row, key="vs_echo_rounds"):
+    """' (rounds LO-HI)': the range of the row's ratios round by round (to
+    its rounds' Echo; key="vs_floor_rounds": to their 1 KiB Echo) when it
+    ran several rounds (coalesce-bench service --rounds), else ''."""
+    ratios = row.get(key) or []
     if len(ratios) < 2:
         return ""
     return f" (rounds {min(ratios):.3f}-{max(ratios):.3f})"
@@ -149,9 +150,7 @@ def targets(directory, prefix="requests"):
         if paired_1k(r):
             # Round by round against the 1 KiB Echo of the same case.
             ratio = r["vs_floor"]
-            rounds = r.get("vs_floor_rounds") or []
-            paired = (f" (rounds {min(rounds):.3f}-{max(rounds):.3f})"
-                      if len(rounds) > 1 else "")
+            paired = spread(r, "vs_floor_rounds")
         else:
             ratio = (r["requests_per_second"] /
                      echo1k[64]["requests_per_second"])

@@ -28,6 +28,16 @@ def write(directory, case, rows):
         json.dump({"mode": "service", "results": rows}, f)
 
 
+def table(stdout):
+    """(the target's first 12 characters, the case) -> (figure, verdict)"""
+    cells = {}
+    for line in stdout.splitlines():
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(c) == 4 and c[0] not in ("target", "---"):
+            cells[(c[0][:12], c[1])] = (c[2], c[3])
+    return cells
+
+
 class RequestTargetsTest(unittest.TestCase):
     def run_script(self, directory):
         return subprocess.run([sys.executable, SCRIPT, directory],
@@ -72,13 +82,7 @@ class RequestTargetsTest(unittest.TestCase):
             ])
             result = self.run_script(d)
             self.assertEqual(result.returncode, 0, result.stderr)
-            # (the target's first 12 characters, the case) -> (figure,
-            # verdict)
-            lines = {}
-            for line in result.stdout.splitlines():
-                cells = [c.strip() for c in line.strip("|").split("|")]
-                if len(cells) == 4 and cells[0] not in ("target", "---"):
-                    lines[(cells[0][:12], cells[1])] = (cells[2], cells[3])
+            lines = table(result.stdout)
             want = {
                 ("p50 <= Echo ", "64 KiB inline, conc. 1"): "PASS",
                 ("p50 <= Echo ", "64 KiB handle, conc. 1"): "MISS",
@@ -151,11 +155,7 @@ class RequestTargetsTest(unittest.TestCase):
             ])
             result = self.run_script(d)
             self.assertEqual(result.returncode, 0, result.stderr)
-            cells = {}
-            for line in result.stdout.splitlines():
-                c = [x.strip() for x in line.strip("|").split("|")]
-                if len(c) == 4:
-                    cells[(c[0][:12], c[1])] = (c[2], c[3])
+            cells = table(result.stdout)
             self.assertEqual(
                 cells[(">= 1.0x the ", "64 KiB handle, conc. 64")],
                 ("29000 req/s, 1.020x (rounds 0.980-1.050)", "PASS"))

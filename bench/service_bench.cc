@@ -1061,16 +1061,22 @@ std::string JsonNumber(std::optional<double> v) {
   return v ? absl::StrFormat("%.6g", *v) : "null";
 }
 
-// The median of the values present; empty when none is.
+// The median (of an even count, the mean of the middle two); empty when
+// there is no value.
+std::optional<double> Median(std::vector<double> v) {
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The median of the values present.
 std::optional<double> Median(const std::vector<std::optional<double>>& values) {
   std::vector<double> v;
   for (const std::optional<double>& x : values) {
     if (x) v.push_back(*x);
   }
-  if (v.empty()) return std::nullopt;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return Median(std::move(v));
 }
 
 // One row from a phase's rounds (empty where the round's run failed), each
@@ -1122,9 +1128,7 @@ std::optional<PhaseResult> Combine(
   out->p50_ms = Median(p50).value_or(0);
   out->p90_ms = Median(p90).value_or(0);
   out->p99_ms = Median(p99).value_or(0);
-  std::vector<std::optional<double>> ratios(out->round_rps_vs_echo.begin(),
-                                            out->round_rps_vs_echo.end());
-  out->rps_vs_echo = Median(ratios).value_or(0);
+  out->rps_vs_echo = Median(out->round_rps_vs_echo).value_or(0);
   out->gbps_vs_echo = Median(gbps_vs_echo).value_or(0);
   out->kernel_seconds = Median(kernel);
   out->echo_rps = Median(echo_rps);
@@ -1135,8 +1139,7 @@ std::optional<PhaseResult> Combine(
   out->client_cpu_us = Median(client_cpu);
   out->floor_rps = Median(floor_rps);
   out->floor_p50_ms = Median(floor_p50);
-  out->rps_vs_floor = Median(std::vector<std::optional<double>>(
-      out->round_rps_vs_floor.begin(), out->round_rps_vs_floor.end()));
+  out->rps_vs_floor = Median(out->round_rps_vs_floor);
   return out;
 }
 
@@ -1336,31 +1339,31 @@ int RunServiceBench() {
         }
         runs[k][round] = *std::move(r);
       }
-      // Native Echo (phase 0) is the floor of every ratio of its round.
+      // Native Echo (phase 0) is the floor of every ratio of its round;
+      // the --floor_bytes Echo, where it ran, the second floor.
       const std::optional<PhaseResult>& e = runs[0][round];
-      if (!e) continue;
-      for (std::vector<std::optional<PhaseResult>>& phase_runs : runs) {
-        std::optional<PhaseResult>& r = phase_runs[round];
-        if (!r) continue;
-        if (e->requests_per_second > 0) {
-          r->rps_vs_echo = r->requests_per_second / e->requests_per_second;
-          r->gbps_vs_echo = r->gbps / e->gbps;
-        }
-        r->echo_rps = e->requests_per_second;
-        r->echo_p50_ms = e->p50_ms;
+      const PhaseResult* f = nullptr;
+      if (floor && runs[*floor][round] &&
+          runs[*floor][round]->requests_per_second > 0) {
+        f = &*runs[*floor][round];
       }
-    }
-    // The second floor, round by round.
-    for (int round = 0; floor && round < rounds; ++round) {
-      const std::optional<PhaseResult>& f = runs[*floor][round];
-      if (!f || f->requests_per_second <= 0) continue;
       for (std::vector<std::optional<PhaseResult>>& phase_runs : runs) {
         std::optional<PhaseResult>& r = phase_runs[round];
         if (!r) continue;
-        r->floor_bytes = floor_bytes;
-        r->floor_rps = f->requests_per_second;
-        r->floor_p50_ms = f->p50_ms;
-        r->rps_vs_floor = r->requests_per_second / f->requests_per_second;
+        if (e) {
+          if (e->requests_per_second > 0) {
+            r->rps_vs_echo = r->requests_per_second / e->requests_per_second;
+            r->gbps_vs_echo = r->gbps / e->gbps;
+          }
+          r->echo_rps = e->requests_per_second;
+          r->echo_p50_ms = e->p50_ms;
+        }
+        if (f != nullptr) {
+          r->floor_bytes = floor_bytes;
+          r->floor_rps = f->requests_per_second;
+          r->floor_p50_ms = f->p50_ms;
+          r->rps_vs_floor = r->requests_per_second / f->requests_per_second;
+        }
       }
     }
     for (const std::vector<std::optional<PhaseResult>>& phase_runs : runs) {
