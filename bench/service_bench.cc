@@ -921,6 +921,10 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
   std::atomic<int64_t> issued{0};
   std::atomic<int64_t> completed{0};
   std::atomic<int64_t> errors{0};
+  // --count: the phase ends when its last request does, not at the next
+  // progress tick; written once, by the worker finishing request `count`.
+  std::atomic<int64_t> finished{0};
+  Clock::time_point count_end;
   Clock::time_point stop_time = Clock::time_point::max();
   std::mutex error_mu;
   std::string first_error;
@@ -938,6 +942,7 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
         const Clock::time_point t1 = Clock::now();
         if (worker.after) worker.after();
         if (!timed) continue;
+        if (count > 0 && finished.fetch_add(1) + 1 == count) count_end = t1;
         if (!status.ok()) {
           errors.fetch_add(1);
           std::lock_guard<std::mutex> lock(error_mu);
@@ -984,6 +989,7 @@ absl::StatusOr<PhaseResult> RunPhase(const Phase& p) {
   const double client_cpu_after = ClientCpuSeconds();
   const ServerMetrics after = ScrapeServerMetrics();
   for (std::thread& t : threads) t.join();
+  if (count > 0) end = count_end;
   std::fprintf(stderr, "\n");
   for (Worker& worker : workers) {
     if (worker.cleanup) worker.cleanup();
